@@ -1,0 +1,61 @@
+# Shared shell functions of hvdflow's setup scripts (sourced, not run).
+# Everything here is idempotent: a second run checks and does nothing.
+
+HVDFLOW_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+HVDFLOW_PYTHON=/usr/bin/python3   # Debian's interpreter: venvs made from it are usable by every user
+
+# Debian packages: udocker's engines, the registry and skopeo, image building, Open MPI, Horovod's build tools.
+HVDFLOW_APT_PACKAGES=(
+  python3 python3-venv python3-dev python3-pip ca-certificates curl binutils file git procps
+  proot docker-registry skopeo mmdebstrap busybox-static
+  openmpi-bin libopenmpi-dev g++ make cmake
+)
+
+log() { printf '[hvdflow %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+# Install the missing Debian packages (root only). Package scripts must not start services: a temporary
+# policy-rc.d (exit 101) stops docker-registry's postinst from starting a system-wide registry.
+apt_install_missing() {
+  local missing=() pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || { log "missing Debian packages: ${missing[*]} (ask your admin, or run as root)"; return 1; }
+  log "apt-get install ${missing[*]}"
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy && made_policy=1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  local rc=$?
+  [ $made_policy = 1 ] && rm -f $policy
+  return $rc
+}
+
+# The key of a venv: the interpreter, the pinned constraints and the dependency lists.
+venv_key() {
+  cat "$HVDFLOW_ROOT/requirements/constraints.txt" "$HVDFLOW_ROOT/pyproject.toml" <($HVDFLOW_PYTHON -V 2>&1) \
+    | sha256sum | cut -c1-16
+}
+
+# The dependencies (and test extras) of pyproject.toml, one per line.
+project_requirements() {
+  $HVDFLOW_PYTHON - "$HVDFLOW_ROOT/pyproject.toml" "$@" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+print("\n".join(project["dependencies"] + [r for extra in sys.argv[2:] for r in project["optional-dependencies"][extra]]))
+PY
+}
+
+# ensure_venv DIR [EXTRA...]: a venv from Debian's python3 with hvdflow's pinned dependencies (not hvdflow itself:
+# callers put src/ on PYTHONPATH or pip install the project). Built once per key; a half-built venv is rebuilt.
+ensure_venv() {
+  local dir=$1; shift
+  [ -f "$dir/.hvdflow-complete" ] && return 0
+  rm -rf "$dir"
+  log "creating venv $dir"
+  $HVDFLOW_PYTHON -m venv "$dir"
+  "$dir/bin/pip" install -c "$HVDFLOW_ROOT/requirements/constraints.txt" -r <(project_requirements "$@") \
+    > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; log "pip install into $dir failed (log: $dir.log)"; return 1; }
+  touch "$dir/.hvdflow-complete"
+}

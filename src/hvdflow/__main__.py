@@ -1,0 +1,7 @@
+"""``python -m hvdflow``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

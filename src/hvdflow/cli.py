@@ -1,0 +1,141 @@
+"""The ``hvdflow`` command: build, push and pull images, serve a test registry, run the smoke job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from .catalog import EXECMODES, get_image, load_catalog
+from .errors import HvdflowError
+from .udocker import Udocker, allow_root_from_env
+
+
+def default_udocker_dir() -> Path:
+    """``$HVDFLOW_UDOCKER_DIR``, else ``~/.local/share/hvdflow/udocker``: one per user."""
+    env = os.environ.get("HVDFLOW_UDOCKER_DIR")
+    return Path(env) if env else Path.home() / ".local" / "share" / "hvdflow" / "udocker"
+
+
+def _catalog_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("image", help="image name in the catalogue")
+    parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"), help="image catalogue")
+
+
+def _registry_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--registry", default=os.environ.get("HVDFLOW_REGISTRY"),
+                        help="registry URL, e.g. http://127.0.0.1:5000 (default: $HVDFLOW_REGISTRY)")
+
+
+def _pull_args(parser: argparse.ArgumentParser) -> None:
+    _catalog_args(parser)
+    _registry_arg(parser)
+    parser.add_argument("--lock", type=Path, default=None, help="lock file (default: images.lock.yaml beside the catalogue)")
+    parser.add_argument("--update-lock", action="store_true", help="accept a digest that differs from the lock")
+    parser.add_argument("--udocker-dir", type=Path, default=None, help="udocker directory (default: $HVDFLOW_UDOCKER_DIR "
+                        "or ~/.local/share/hvdflow/udocker)")
+    parser.add_argument("--execmode", choices=EXECMODES, default=None, help="udocker execution mode (default: catalogue's)")
+    parser.add_argument("--allow-root", action="store_true", default=allow_root_from_env(),
+                        help="let udocker run as root (default: refused; HVDFLOW_ALLOW_ROOT=1 sets this)")
+
+
+def _require_registry(args: argparse.Namespace) -> str:
+    if not args.registry:
+        raise HvdflowError("no registry given: pass --registry URL or set HVDFLOW_REGISTRY")
+    return str(args.registry).rstrip("/")
+
+
+def _pull(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from .images import ensure_container, pull_image
+
+    catalog = load_catalog(args.catalog)
+    spec = get_image(catalog, args.image, args.catalog)
+    udocker = Udocker(args.udocker_dir or default_udocker_dir(), allow_root=args.allow_root)
+    lock = args.lock or args.catalog.parent / "images.lock.yaml"
+    manifest = pull_image(udocker, spec, _require_registry(args), lock, update_lock=args.update_lock)
+    return udocker, ensure_container(udocker, spec, manifest, args.execmode)
+
+
+def cmd_image_pull(args: argparse.Namespace) -> int:
+    """Pull, verify and lock an image, create its container, and print the container record."""
+    _, record = _pull(args)
+    sys.stdout.write(record.to_json())
+    return 0
+
+
+def cmd_image_build(args: argparse.Namespace) -> int:
+    """Build an image from its recipe into the cache (root: mmdebstrap and chroot need it)."""
+    from .build.image import build_image
+
+    spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    image = build_image(spec, args.log)
+    print(json.dumps({"layout": str(image.layout), "tag": image.tag, "manifest_digest": image.manifest_digest}))
+    return 0
+
+
+def cmd_image_push(args: argparse.Namespace) -> int:
+    """Build (or take from the cache) an image and push it to a registry."""
+    from .build.image import build_image, push_image
+
+    spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    image = build_image(spec, args.log)
+    push_image(image, _require_registry(args), spec.repository, spec.tag, args.log)
+    print(json.dumps({"pushed": f"{args.registry}/{spec.reference}", "manifest_digest": image.manifest_digest}))
+    return 0
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    """Pull the image and train the digits MLP with N ranks; print the summary."""
+    from .smoke import run_smoke
+
+    udocker, record = _pull(args)
+    summary = run_smoke(udocker, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
+    print(json.dumps(summary, indent=2, sort_keys=True))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``hvdflow`` command."""
+    parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    image = sub.add_parser("image", help="build, push and pull images").add_subparsers(dest="action", required=True)
+    for name, func, helptext in (("build", cmd_image_build, "build an image from its recipe"),
+                                 ("push", cmd_image_push, "build and push an image to a registry")):
+        p = image.add_parser(name, help=helptext)
+        _catalog_args(p)
+        if name == "push":
+            _registry_arg(p)
+        p.add_argument("--log", type=Path, default=Path("logs/image-build.log"), help="build log")
+        p.set_defaults(func=func)
+    pull = image.add_parser("pull", help="pull, verify and lock an image and create its container")
+    _pull_args(pull)
+    pull.set_defaults(func=cmd_image_pull)
+
+    smoke = sub.add_parser("smoke", help="train the digits MLP with Horovod ranks in the container")
+    _pull_args(smoke)
+    smoke.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo")
+    smoke.add_argument("--ranks", type=int, default=2)
+    smoke.add_argument("--epochs", type=int, default=5)
+    smoke.add_argument("--out", type=Path, default=Path("results/smoke"))
+    smoke.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    smoke.set_defaults(func=cmd_smoke)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point: run the chosen command; user errors print one line and exit 1."""
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except HvdflowError as exc:
+        print(f"hvdflow: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Start Horovod ranks as ``udocker run`` processes and supervise them.
+
+Two launch models share one supervisor:
+- Gloo: hvdflow starts Horovod's rendezvous server (from the container) and waits until it accepts connections, then
+  one process per rank with the Horovod variables of :mod:`hvdflow.rank_env`. No MPI, ssh or horovodrun.
+- MPI: the host's ``mpirun`` starts one ``udocker run --hostenv`` per rank; the container's Open MPI must match.
+Every process runs in its own session, so a failure stops whole process groups, and each rank writes its own log.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import hvdflow_trainer
+
+from .errors import LaunchError
+from .rank_env import RankPlacement, horovod_gloo_env
+from .udocker import Udocker, run_argv
+
+TRAINER_MOUNT = "/opt/hvdflow"
+RENDEZVOUS_TIMEOUT = 300.0
+STOP_GRACE = 10.0
+
+
+def trainer_volume() -> str:
+    """The bind of the in-container package into the container (``host:container``)."""
+    return f"{Path(hvdflow_trainer.__file__).parent}:{TRAINER_MOUNT}/hvdflow_trainer"
+
+
+def container_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """Variables every hvdflow process in a container gets, plus ``extra``."""
+    return {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **extra}
+
+
+@dataclass
+class Supervised:
+    """A started process: what it is, its log, and the Popen."""
+
+    label: str
+    log: Path
+    proc: subprocess.Popen[bytes]
+
+
+def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> Supervised:
+    """Start ``argv`` in a new session with its output in ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        out.write(f"$ {shlex.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=dict(env), start_new_session=True)
+    return Supervised(label, log, proc)
+
+
+def stop(processes: Sequence[Supervised]) -> None:
+    """SIGTERM each live process group, then SIGKILL what is left after a grace period."""
+    live = [p for p in processes if p.proc.poll() is None]
+    for p in live:
+        _signal_group(p.proc, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    for p in live:
+        try:
+            p.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(p.proc, signal.SIGKILL)
+            p.proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def supervise(processes: Sequence[Supervised], timeout: float) -> None:
+    """Wait for all processes to exit 0; on the first failure or the timeout stop the others and raise LaunchError."""
+    deadline = time.monotonic() + timeout
+    pending = list(processes)
+    try:
+        while pending:
+            for p in list(pending):
+                code = p.proc.poll()
+                if code is None:
+                    continue
+                if code != 0:
+                    raise LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
+                                      f"Log: {p.log}\n{log_tail(p.log)}")
+                pending.remove(p)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(p.label for p in pending)
+                raise LaunchError(f"{names} still running after {timeout:.0f} s; stopped. Logs: "
+                                  + ", ".join(str(p.log) for p in pending))
+            time.sleep(0.2)
+    finally:
+        stop(processes)
+
+
+def wait_for_rendezvous(server: Supervised, port_file: Path, timeout: float) -> int:
+    """The port of a rendezvous server once it accepts TCP connections; LaunchError if it dies or never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise LaunchError(f"the rendezvous server exited with code {server.proc.returncode} before serving. "
+                              f"Log: {server.log}\n{log_tail(server.log)}")
+        if port_file.exists() and port_file.read_text().strip():
+            port = int(port_file.read_text())
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                    return port
+            except OSError:
+                pass
+        time.sleep(0.2)
+    raise LaunchError(f"the rendezvous server did not accept connections within {timeout:.0f} s. Log: {server.log}")
+
+
+def launch_gloo_local(
+    udocker: Udocker,
+    container: str,
+    placements: Sequence[RankPlacement],
+    command: Sequence[str],
+    run_dir: Path,
+    extra_env: Mapping[str, str],
+    timeout: float,
+    iface: str = "lo",
+) -> None:
+    """Run ``command`` as Horovod ranks on this host over Gloo, one ``udocker run`` each, supervised."""
+    logs = run_dir / "logs"
+    port_file = run_dir / "rendezvous.port"
+    port_file.unlink(missing_ok=True)
+    volumes = [str(run_dir), trainer_volume()]
+    server_argv = run_argv(udocker, container, ["python3", "-m", "hvdflow_trainer.rendezvous", "--port-file", str(port_file)],
+                           env=container_env({}), volumes=volumes)
+    server = start("rendezvous server", server_argv, logs / "rendezvous.log", udocker.env())
+    ranks: list[Supervised] = []
+    try:
+        port = wait_for_rendezvous(server, port_file, RENDEZVOUS_TIMEOUT)
+        for placement in placements:
+            env = container_env({**horovod_gloo_env(placement, "127.0.0.1", port, iface), **extra_env})
+            argv = run_argv(udocker, container, command, env=env, volumes=volumes)
+            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", udocker.env()))
+        supervise(ranks, timeout)
+    finally:
+        stop(ranks + [server])
+
+
+def launch_mpi_local(
+    udocker: Udocker,
+    container: str,
+    nranks: int,
+    command: Sequence[str],
+    run_dir: Path,
+    extra_env: Mapping[str, str],
+    timeout: float,
+    mpirun: str = "mpirun",
+) -> None:
+    """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one ``udocker run`` each.
+
+    ``--hostenv`` hands Open MPI's variables to the container; ``/tmp`` is bound so the ranks reach the host's PMIx
+    server. Each rank's output goes to ``logs/rank-N.log``.
+    """
+    logs = run_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = container_env({"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi", **extra_env})
+    inner = run_argv(udocker, container, command, env=env, volumes=[str(run_dir), trainer_volume(), "/tmp"], hostenv=True)
+    per_rank_log = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1'
+    argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
+            "sh", "-c", per_rank_log, str(logs / "rank"), *inner]
+    launcher = start("mpirun", argv, logs / "mpirun.log", udocker.env())
+    try:
+        supervise([launcher], timeout)
+    except LaunchError as exc:
+        failed = [r for r in range(nranks) if not (run_dir / f"rank-{r}.json").exists()]
+        detail = "".join(f"\nrank {r} log: {logs / f'rank-{r}.log'}\n{log_tail(logs / f'rank-{r}.log', 8)}" for r in failed)
+        raise LaunchError(f"{exc}\nranks without a result: {failed}{detail}") from None

@@ -1,0 +1,202 @@
+"""Test bed: an ordinary user, a registry on 127.0.0.1, and the images it serves.
+
+The suite runs as root (CI does); root only installs, builds images and starts the registry. Everything udocker,
+Horovod and hvdflow do on the real path runs as the ordinary user ``$HVDFLOW_TEST_USER`` (default ``hvdflow-ci``),
+from a copy of the tree in that user's home and a venv made from Debian's ``/usr/bin/python3``.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from helpers import build_tiny_layout  # noqa: E402
+
+from hvdflow.build.image import BuiltImage, build_image, push_image  # noqa: E402
+from hvdflow.catalog import load_catalog  # noqa: E402
+from hvdflow.registry_server import start_registry  # noqa: E402
+
+TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
+WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class HpcUser:
+    """The ordinary user who runs the real path, with a copy of the tree and a venv of its own."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+    workspace: Path
+    venv: Path
+
+    def env(self, extra: Mapping[str, str] = {}) -> dict[str, str]:
+        """A clean login-like environment for the user, with hvdflow importable."""
+        env = {
+            "HOME": str(self.home), "USER": self.name, "LOGNAME": self.name, "LANG": "C.UTF-8",
+            "PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin",
+            "PYTHONPATH": str(self.workspace / "src"),
+            "HVDFLOW_CACHE": str(self.home / ".cache" / "hvdflow"),
+        }
+        env.update(extra)
+        return env
+
+    def run(self, argv: Sequence[str], extra_env: Mapping[str, str] = {}, timeout: float = 1800,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` as the user in the workspace; capture text output."""
+        env_args = [f"{k}={v}" for k, v in self.env(extra_env).items()]
+        proc = subprocess.run(["runuser", "-u", self.name, "--", "env", "-i", *env_args, *argv], cwd=self.workspace,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def hvdflow(self, *args: str, extra_env: Mapping[str, str] = {}, timeout: float = 1800,
+                check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run the hvdflow command as the user."""
+        return self.run([str(self.venv / "bin" / "python"), "-m", "hvdflow", *args], extra_env, timeout, check)
+
+    def mkdir(self, path: Path) -> Path:
+        """A directory owned by the user."""
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, self.uid, self.gid)
+        return path
+
+
+def _chown_tree(path: Path, uid: int, gid: int) -> None:
+    os.chown(path, uid, gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+@pytest.fixture(scope="session")
+def hpc_user() -> HpcUser:
+    """The ordinary user (created if missing), a fresh copy of the tree in its home, and its venv."""
+    if os.geteuid() != 0:
+        pytest.fail("the test suite runs as root (it creates the test user and starts services); use scripts/test.sh")
+    try:
+        entry = pwd.getpwnam(TEST_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", TEST_USER], check=True)
+        entry = pwd.getpwnam(TEST_USER)
+    home = Path(entry.pw_dir)
+    if (home / "hvdflow-tests").exists():
+        shutil.rmtree(home / "hvdflow-tests")
+    workspace = home / "hvdflow-tests" / "tree"
+    workspace.mkdir(parents=True)
+    for part in WORKSPACE_PARTS:
+        source = REPO / part
+        if source.is_dir():
+            shutil.copytree(source, workspace / part, ignore=shutil.ignore_patterns("__pycache__", "images.lock.yaml"))
+        else:
+            shutil.copy2(source, workspace / part)
+    _chown_tree(home / "hvdflow-tests", entry.pw_uid, entry.pw_gid)
+    key = subprocess.run(["bash", "-c", f"source {workspace}/scripts/lib.sh && venv_key"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    venv = home / ".cache" / "hvdflow" / f"venv-{key}"
+    user = HpcUser(TEST_USER, entry.pw_uid, entry.pw_gid, home, workspace, venv)
+    user.run(["bash", "-c", f"source scripts/lib.sh && ensure_venv {venv}"], check=True, timeout=900)
+    return user
+
+
+@pytest.fixture
+def user_tmp(hpc_user: HpcUser) -> Path:
+    """A fresh directory of the test's own, owned by the ordinary user."""
+    return hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / f"t-{uuid.uuid4().hex[:8]}")
+
+
+@dataclass(frozen=True)
+class Registry:
+    """A running registry: its URL and the directory its blobs are stored under."""
+
+    url: str
+    storage: Path
+
+    def blob_path(self, digest: str) -> Path:
+        """Where the registry keeps the blob ``digest`` on disk."""
+        hexdigest = digest.split(":", 1)[1]
+        return self.storage / "docker" / "registry" / "v2" / "blobs" / "sha256" / hexdigest[:2] / hexdigest / "data"
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """Debian's docker-registry on a free port of 127.0.0.1, for the whole session."""
+    state = tmp_path_factory.mktemp("registry")
+    proc, url = start_registry(state)
+    try:
+        yield Registry(url, state / "storage")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def build_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Log of image builds and pushes made by the fixtures."""
+    return tmp_path_factory.mktemp("build") / "build.log"
+
+
+@pytest.fixture(scope="session")
+def cpu_image(registry: Registry, build_log: Path) -> BuiltImage:
+    """The hvdflow-cpu image, built from its recipe (or from ~/.cache/hvdflow) and pushed to the test registry."""
+    spec = load_catalog(REPO / "containers" / "catalog.yaml")["hvdflow-cpu"]
+    image = build_image(spec, build_log)
+    push_image(image, registry.url, spec.repository, spec.tag, build_log)
+    return image
+
+
+@pytest.fixture
+def tiny_repo(registry: Registry, build_log: Path, tmp_path: Path) -> "TinyRepo":
+    """A fresh repository name in the test registry, with a helper to push busybox images into it."""
+    return TinyRepo(registry, build_log, tmp_path, f"test/tiny-{uuid.uuid4().hex[:8]}")
+
+
+@dataclass(frozen=True)
+class TinyRepo:
+    """Pushes small real images (busybox-static) under one repository of the test registry."""
+
+    registry: Registry
+    log: Path
+    tmp: Path
+    repository: str
+
+    def push(self, tag: str, marker: str = "", broken_tar: bool = False) -> BuiltImage:
+        """Build a busybox image whose /marker holds ``marker`` and push it as ``repository:tag``.
+
+        The marker defaults to the repository name, so no two tests share a layer blob in the registry (one test
+        corrupts a blob in the registry's storage).
+        """
+        marker = marker or self.repository
+        image = build_tiny_layout(self.tmp / f"layout-{tag}-{marker.replace('/', '_')}", tag, marker, broken_tar)
+        push_image(image, self.registry.url, self.repository, tag, self.log)
+        return image
+
+    def catalog(self, user: HpcUser, tag: str, name: str = "tiny") -> Path:
+        """A catalogue, owned by the user, with one image ``name`` = ``repository:tag``."""
+        directory = user.mkdir(user.home / "hvdflow-tests" / f"catalog-{uuid.uuid4().hex[:8]}")
+        path = directory / "catalog.yaml"
+        path.write_text(
+            "images:\n"
+            f"  {name}:\n"
+            "    description: busybox test image\n"
+            f"    repository: {self.repository}\n"
+            f"    tag: {tag}\n"
+            "    device: cpu\n    python: none\n    tensorflow: none\n    horovod: none\n    mpi: none\n"
+            "    execmode: P1\n    tested: true\n"
+        )
+        os.chown(path, user.uid, user.gid)
+        return path

@@ -1,0 +1,180 @@
+"""Pulling through udocker as an ordinary user: digest pinning, verification, the lock file, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from conftest import HpcUser, Registry, TinyRepo
+
+
+def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: dict[str, str] = {}):
+    return user.hvdflow("image", "pull", "tiny", "--catalog", str(catalog), "--registry", registry,
+                        "--udocker-dir", str(udocker_dir), *extra, extra_env=env, timeout=300)
+
+
+def _containers(user: HpcUser, udocker_dir: Path) -> list[str]:
+    """Names of the containers in ``udocker_dir`` as udocker itself lists them."""
+    proc = user.run(["udocker", f"--config={udocker_dir}/.hvdflow/udocker.conf", "ps"],
+                    extra_env={"UDOCKER_DIR": str(udocker_dir)}, check=True)
+    names = []
+    for line in proc.stdout.splitlines()[1:]:
+        names += [token.strip("[]'\",") for token in line.split() if token.startswith("['")]
+    return names
+
+
+def test_pull_pins_digest_creates_container_once_and_runs(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    image = tiny_repo.push("1.0", marker=f"first {tiny_repo.repository}")
+    catalog = tiny_repo.catalog(hpc_user, "1.0")
+    udocker_dir = user_tmp / "udocker"
+    first = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
+    assert first.returncode == 0, first.stderr
+    record = json.loads(first.stdout)
+    assert record["digest"] == image.manifest_digest
+    assert record["container"] == f"tiny-{image.manifest_digest[7:19]}"
+    lock = yaml.safe_load((catalog.parent / "images.lock.yaml").read_text())
+    assert lock["images"]["tiny"] == {"reference": f"{tiny_repo.repository}:1.0", "digest": image.manifest_digest}
+    # the layer udocker stored is the one the manifest names, byte for byte
+    assert list((udocker_dir / "layers").glob("sha256:*"))
+
+    second = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["created"] == record["created"], "the container must be reused, not recreated"
+    assert _containers(hpc_user, udocker_dir) == [record["container"]]
+
+    run = hpc_user.run(["udocker", f"--config={udocker_dir}/.hvdflow/udocker.conf", "run", "--nobanner",
+                        record["container"], "/bin/cat", "/marker"], extra_env={"UDOCKER_DIR": str(udocker_dir)})
+    assert run.returncode == 0 and run.stdout.strip() == f"first {tiny_repo.repository}", run.stdout + run.stderr
+
+
+def test_digest_changed_under_lock_fails_until_update(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    old = tiny_repo.push("moving", marker=f"old {tiny_repo.repository}")
+    catalog = tiny_repo.catalog(hpc_user, "moving")
+    udocker_dir = user_tmp / "udocker"
+    assert _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir).returncode == 0
+    new = tiny_repo.push("moving", marker=f"new {tiny_repo.repository}")
+    assert new.manifest_digest != old.manifest_digest
+
+    refused = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
+    assert refused.returncode == 1
+    assert f"resolved to {new.manifest_digest}" in refused.stderr
+    assert f"pins {tiny_repo.repository}:moving at {old.manifest_digest}" in refused.stderr
+    assert "--update-lock" in refused.stderr
+    assert old.manifest_digest in (catalog.parent / "images.lock.yaml").read_text()
+
+    updated = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir, "--update-lock")
+    assert updated.returncode == 0, updated.stderr
+    assert json.loads(updated.stdout)["digest"] == new.manifest_digest
+    assert new.manifest_digest in (catalog.parent / "images.lock.yaml").read_text()
+
+
+def test_blob_with_right_size_and_wrong_content_is_refused(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    image = tiny_repo.push("corrupt")
+    manifest = json.loads((image.layout / "blobs" / "sha256" / image.manifest_digest[7:]).read_bytes())
+    layer = manifest["layers"][0]["digest"]
+    stored = tiny_repo.registry.blob_path(layer)
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte flipped
+    stored.write_bytes(bytes(data))
+
+    catalog = tiny_repo.catalog(hpc_user, "corrupt")
+    udocker_dir = user_tmp / "udocker"
+    proc = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
+    assert proc.returncode == 1
+    assert f"blob {layer}" in proc.stderr and "has content of digest sha256:" in proc.stderr
+    assert not (udocker_dir / "layers" / layer).exists(), "the corrupt blob must not stay in udocker's store"
+    assert _containers(hpc_user, udocker_dir) == []
+    assert not (catalog.parent / "images.lock.yaml").exists()
+
+
+def test_layer_that_does_not_extract_leaves_no_container(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    image = tiny_repo.push("broken", broken_tar=True)
+    catalog = tiny_repo.catalog(hpc_user, "broken")
+    udocker_dir = user_tmp / "udocker"
+    proc = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
+    assert proc.returncode == 1
+    assert f"({image.manifest_digest})" in proc.stderr and "the container was removed" in proc.stderr
+    assert _containers(hpc_user, udocker_dir) == []
+    assert not list((udocker_dir / ".hvdflow" / "containers").glob("*.json"))
+
+
+def test_missing_tag_and_missing_repository(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    tiny_repo.push("exists")
+    udocker_dir = user_tmp / "udocker"
+    catalog = tiny_repo.catalog(hpc_user, "nosuchtag")
+    proc = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
+    assert proc.returncode == 1
+    assert f"image {tiny_repo.repository}:nosuchtag not found in registry {tiny_repo.registry.url}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_registry_down(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    from hvdflow.registry_server import free_port
+
+    catalog = tiny_repo.catalog(hpc_user, "1.0")
+    down = f"http://127.0.0.1:{free_port()}"
+    proc = _pull(hpc_user, catalog, down, user_tmp / "udocker")
+    assert proc.returncode == 1
+    assert f"registry {down} is not reachable while resolving {tiny_repo.repository}:1.0" in proc.stderr
+
+
+def test_unknown_image_name(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    catalog = tiny_repo.catalog(hpc_user, "1.0", name="other")
+    proc = _pull(hpc_user, catalog, tiny_repo.registry.url, user_tmp / "udocker")
+    assert proc.returncode == 1
+    assert f"image 'tiny' is not in the catalogue {catalog}; known images: other" in proc.stderr
+
+
+def test_concurrent_pulls_are_serialised(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    image = tiny_repo.push("conc")
+    catalog = tiny_repo.catalog(hpc_user, "conc")
+    udocker_dir = user_tmp / "udocker"
+    # udocker itself installs its tools on first use; prepare once so both pulls start on the pull itself
+    argv = [str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "image", "pull", "tiny", "--catalog", str(catalog),
+            "--registry", tiny_repo.registry.url, "--udocker-dir", str(udocker_dir)]
+    env_args = [f"{k}={v}" for k, v in hpc_user.env().items()]
+    procs = [subprocess.Popen(["runuser", "-u", hpc_user.name, "--", "env", "-i", *env_args, *argv], cwd=hpc_user.workspace,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in outputs]
+    records = [json.loads(out) for out, _ in outputs]
+    assert {r["digest"] for r in records} == {image.manifest_digest}
+    assert len({r["created"] for r in records}) == 1, "exactly one of the pulls may create the container"
+    assert _containers(hpc_user, udocker_dir) == [records[0]["container"]]
+    assert any("waiting for" in err and "pull.lock" in err for _, err in outputs)
+
+
+def test_lock_held_too_long_times_out_with_holder(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    tiny_repo.push("held")
+    catalog = tiny_repo.catalog(hpc_user, "held")
+    udocker_dir = hpc_user.mkdir(user_tmp / "udocker")
+    lock = hpc_user.mkdir(udocker_dir / ".hvdflow") / "pull.lock"
+    holder = subprocess.Popen(["runuser", "-u", hpc_user.name, "--", "flock", str(lock), "sleep", "30"])
+    try:
+        time.sleep(0.5)
+        proc = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir, env={"HVDFLOW_LOCK_TIMEOUT": "2"})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1
+    assert f"{lock} is still held by" in proc.stderr and "after 2 s" in proc.stderr
+
+
+def test_udocker_as_root_is_refused(tiny_repo: TinyRepo, tmp_path: Path) -> None:
+    import os
+    import sys
+
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(f"images:\n  tiny: {{description: t, repository: {tiny_repo.repository}, tag: '1', device: cpu, "
+                       "python: x, tensorflow: x, horovod: x, mpi: x, execmode: P1, tested: true}\n")
+    env = {k: v for k, v in os.environ.items() if k != "HVDFLOW_ALLOW_ROOT"}
+    proc = subprocess.run([sys.executable, "-m", "hvdflow", "image", "pull", "tiny", "--catalog", str(catalog),
+                           "--registry", tiny_repo.registry.url, "--udocker-dir", str(tmp_path / "ud")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "refuses to run it as root (uid 0)" in proc.stderr and "--allow-root" in proc.stderr
+    assert not (tmp_path / "ud").exists(), "nothing may be created before the refusal"
