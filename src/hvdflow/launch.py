@@ -10,6 +10,7 @@ Every process runs in its own session, so a failure stops whole process groups, 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import socket
@@ -186,6 +187,22 @@ def launch_mpi_local(
     try:
         supervise([launcher], timeout)
     except LaunchError as exc:
-        failed = [r for r in range(nranks) if not (run_dir / f"rank-{r}.json").exists()]
-        detail = "".join(f"\nrank {r} log: {logs / f'rank-{r}.log'}\n{log_tail(logs / f'rank-{r}.log', 8)}" for r in failed)
-        raise LaunchError(f"{exc}\nranks without a result: {failed}{detail}") from None
+        failed = mpirun_failed_rank(launcher.log)
+        if failed is None:
+            raise
+        rank, code = failed
+        log = logs / f"rank-{rank}.log"
+        raise LaunchError(f"rank {rank} failed with exit code {code} (reported by mpirun); the job was stopped. "
+                          f"Log: {log}\n{log_tail(log, 8)}\nmpirun: {exc}") from None
+
+
+_MPIRUN_FAILED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)")
+
+
+def mpirun_failed_rank(mpirun_log: Path) -> tuple[int, int] | None:
+    """The rank and exit code of the first failed process, as Open MPI's mpirun reports it in its output."""
+    try:
+        match = _MPIRUN_FAILED.search(mpirun_log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return (int(match.group(1)), int(match.group(2))) if match else None

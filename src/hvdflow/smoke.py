@@ -33,7 +33,7 @@ def run_smoke(
         raise LaunchError(f"ranks must be at least 1, got {ranks}")
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in [out_dir / "summary.json", *out_dir.glob("rank-*.json")]:
-        stale.unlink()
+        stale.unlink(missing_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.smoke", "--out", str(out_dir), "--epochs", str(epochs),
                "--fail-rank", str(fail_rank)]
     if launcher == "gloo":

@@ -122,9 +122,11 @@ def run_argv(
     """The ``udocker run`` command line for ``command`` in ``container``.
 
     ``volumes`` are paths bound at the same place inside; ``/etc/hosts`` is always bound (udocker does not, and Gloo
-    needs the host name to resolve). ``hostenv`` passes the caller's environment (Open MPI's variables under mpirun).
+    needs the host name to resolve). Processes run with the caller's uid and the host's passwd/group (``--hostauth
+    --user``): Open MPI's PMIx server rejects clients whose uid differs from its own, and proot's default is uid 0.
+    ``hostenv`` passes the caller's environment (Open MPI's variables under mpirun).
     """
-    args = ["run", "--nobanner", "--pull=never", "-v", "/etc/hosts"]
+    args = ["run", "--nobanner", "--pull=never", "-v", "/etc/hosts", "--hostauth", f"--user={os.getuid()}"]
     if hostenv:
         args.append("--hostenv")
     for volume in volumes:

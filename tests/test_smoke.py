@@ -1,0 +1,66 @@
+"""Horovod ranks in the hvdflow-cpu image, run by udocker as an ordinary user: Gloo and MPI launch models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import HpcUser, Registry
+from hvdflow.build.image import BuiltImage
+
+pytestmark = [pytest.mark.image, pytest.mark.e2e]
+
+
+@pytest.fixture(scope="session")
+def cpu_pull(hpc_user: HpcUser, registry: Registry, cpu_image: BuiltImage) -> list[str]:
+    """Pull the image once for the session as the user; returns the common pull arguments for hvdflow smoke."""
+    base = hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / "cpu")
+    args = ["hvdflow-cpu", "--catalog", str(hpc_user.workspace / "containers" / "catalog.yaml"),
+            "--registry", registry.url, "--udocker-dir", str(base / "udocker"), "--lock", str(base / "images.lock.yaml")]
+    pulled = hpc_user.hvdflow("image", "pull", *args, timeout=900)
+    assert pulled.returncode == 0, pulled.stderr
+    record = json.loads(pulled.stdout)
+    assert record["digest"] == cpu_image.manifest_digest
+    return args
+
+
+def _smoke(user: HpcUser, pull_args: list[str], out: Path, *extra: str):
+    return user.hvdflow("smoke", *pull_args, "--out", str(out), *extra, timeout=1200)
+
+
+def test_gloo_two_ranks_train_to_identical_weights(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path) -> None:
+    proc = _smoke(hpc_user, cpu_pull, user_tmp / "gloo", "--launcher", "gloo", "--ranks", "2")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    ranks = [json.loads((user_tmp / "gloo" / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert [r["controller"] for r in ranks] == ["gloo", "gloo"]
+    assert [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in ranks] == [(0, 2, 0, 2), (1, 2, 1, 2)]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"] == summary["weights_sha256"]
+    assert summary["accuracy_all_digits"] > 0.9
+    assert (summary["tensorflow"], summary["horovod"]) == ("2.15.1", "0.28.1")
+    assert json.loads((user_tmp / "gloo" / "summary.json").read_text()) == summary
+
+
+def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path) -> None:
+    gloo = _smoke(hpc_user, cpu_pull, user_tmp / "gloo", "--launcher", "gloo", "--ranks", "2")
+    mpi = _smoke(hpc_user, cpu_pull, user_tmp / "mpi", "--launcher", "mpi", "--ranks", "2")
+    assert gloo.returncode == 0, gloo.stderr
+    assert mpi.returncode == 0, mpi.stderr
+    ranks = [json.loads((user_tmp / "mpi" / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert [r["controller"] for r in ranks] == ["mpi", "mpi"]
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+    assert json.loads(mpi.stdout)["weights_sha256"] == json.loads(gloo.stdout)["weights_sha256"]
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_a_failed_rank_stops_the_job_and_is_named(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path,
+                                                  launcher: str) -> None:
+    out = user_tmp / launcher
+    proc = _smoke(hpc_user, cpu_pull, out, "--launcher", launcher, "--ranks", "2", "--fail-rank", "1")
+    assert proc.returncode == 1
+    assert "rank 1 failed with exit code 3" in proc.stderr
+    assert str(out / "logs" / "rank-1.log") in proc.stderr
+    assert not (out / "summary.json").exists()
+    assert not (out / "rank-1.json").exists()
