@@ -97,6 +97,22 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_registry_serve(args: argparse.Namespace) -> int:
+    """Serve a registry on 127.0.0.1 until SIGTERM or SIGINT (for demos and tests)."""
+    import signal
+
+    from .registry_server import start_registry
+
+    proc, url = start_registry(args.state_dir.resolve(), args.port)
+    print(url, flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hvdflow`` command."""
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
@@ -114,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     pull = image.add_parser("pull", help="pull, verify and lock an image and create its container")
     _pull_args(pull)
     pull.set_defaults(func=cmd_image_pull)
+
+    registry = sub.add_parser("registry", help="a local registry").add_subparsers(dest="action", required=True)
+    serve = registry.add_parser("serve", help="serve Debian's docker-registry on 127.0.0.1 until stopped")
+    serve.add_argument("--state-dir", type=Path, required=True, help="config, storage and log of the registry")
+    serve.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
+    serve.set_defaults(func=cmd_registry_serve)
 
     smoke = sub.add_parser("smoke", help="train the digits MLP with Horovod ranks in the container")
     _pull_args(smoke)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The main job. As root on a fresh Debian 12 machine it does everything: installs the Debian packages, builds the
+# hvdflow-cpu image offline (cached in ~/.cache/hvdflow), serves it from a registry on 127.0.0.1, creates the
+# ordinary user $HVDFLOW_DEMO_USER (default: hvdflow) and, as that user, pulls the image with udocker and trains
+# the digits MLP with 2 Horovod ranks over Gloo and then over MPI. Results land in ~$HVDFLOW_DEMO_USER/hvdflow-demo.
+# As an ordinary user (an HPC login node) it runs only the user part, against $HVDFLOW_REGISTRY.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$HVDFLOW_ROOT"
+TREE_PARTS=(src containers requirements scripts pyproject.toml)
+
+user_part() {
+  local registry=$1 venv
+  venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-$(venv_key)
+  ensure_venv "$venv"
+  export PYTHONPATH="$HVDFLOW_ROOT/src"
+  for launcher in gloo mpi; do
+    log "training the digits MLP with 2 Horovod ranks ($launcher) in udocker as $(id -un)"
+    "$venv/bin/python" -m hvdflow smoke hvdflow-cpu --registry "$registry" --launcher $launcher --ranks 2 \
+      --out "results/smoke-$launcher" > "results/smoke-$launcher.json"
+    log "results/smoke-$launcher.json: $(grep -E '"(weights_sha256|accuracy_all_digits)"' "results/smoke-$launcher.json" | tr -d ' \n')"
+  done
+  log "done: $HVDFLOW_ROOT/results (per-rank logs in results/smoke-*/logs)"
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+  [ -n "${HVDFLOW_REGISTRY:-}" ] || { log "set HVDFLOW_REGISTRY to the registry that serves hvdflow's images"; exit 2; }
+  mkdir -p results
+  user_part "$HVDFLOW_REGISTRY"
+  exit 0
+fi
+
+demo_user=${HVDFLOW_DEMO_USER:-hvdflow}
+apt_install_missing "${HVDFLOW_APT_PACKAGES[@]}"
+root_venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-$(venv_key)
+ensure_venv "$root_venv"
+export PYTHONPATH="$HVDFLOW_ROOT/src"
+
+state=/var/lib/hvdflow-demo
+mkdir -p "$state/logs"
+port=$("$root_venv/bin/python" -c 'from hvdflow.registry_server import free_port; print(free_port())')
+"$root_venv/bin/python" -m hvdflow registry serve --state-dir "$state/registry" --port "$port" > "$state/logs/registry.out" 2>&1 &
+registry_pid=$!
+trap 'kill $registry_pid 2>/dev/null; wait $registry_pid 2>/dev/null || true' EXIT
+registry=http://127.0.0.1:$port
+for _ in $(seq 100); do curl -fsS "$registry/v2/" >/dev/null 2>&1 && break; sleep 0.2; done
+log "registry serving at $registry"
+log "building (or taking from the cache) and pushing hvdflow-cpu; build log: $state/logs/image-build.log"
+"$root_venv/bin/python" -m hvdflow image push hvdflow-cpu --registry "$registry" --log "$state/logs/image-build.log"
+
+id "$demo_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$demo_user"
+home=$(getent passwd "$demo_user" | cut -d: -f6)
+tree=$home/hvdflow-demo
+log "copying the tree to $tree for $demo_user"
+mkdir -p "$tree"
+for part in "${TREE_PARTS[@]}"; do rm -rf "${tree:?}/$part"; cp -r "$part" "$tree/$part"; done
+mkdir -p "$tree/results"
+chown -R "$demo_user:" "$tree"
+runuser -u "$demo_user" -- env -i HOME="$home" USER="$demo_user" PATH=/usr/bin:/bin LANG=C.UTF-8 \
+  HVDFLOW_REGISTRY="$registry" bash -c "cd '$tree' && bash scripts/demo.sh"

@@ -1,0 +1,92 @@
+"""The shipped catalogue and recipes load, and bad ones are refused with the key at fault named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from hvdflow.catalog import get_image, load_catalog
+from hvdflow.errors import ConfigError
+from hvdflow.recipe import load_recipe
+
+CATALOG = REPO / "containers" / "catalog.yaml"
+
+
+def test_shipped_catalog_and_recipes_are_consistent() -> None:
+    catalog = load_catalog(CATALOG)
+    assert {"hvdflow-cpu", "hvdflow-gpu"} <= set(catalog)
+    for spec in catalog.values():
+        assert spec.recipe is not None
+        recipe = load_recipe(spec.recipe)
+        assert recipe.horovod.tensorflow == spec.tensorflow
+        assert recipe.horovod.version == spec.horovod
+    cpu = catalog["hvdflow-cpu"]
+    assert (cpu.device, cpu.tested, cpu.reference) == ("cpu", True, "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11")
+    assert catalog["hvdflow-gpu"].tested is False
+
+
+def test_cpu_requirements_are_a_full_pinned_closure() -> None:
+    recipe = load_recipe(load_catalog(CATALOG)["hvdflow-cpu"].recipe)  # type: ignore[arg-type]
+    lines = recipe.requirement_lines()
+    assert all("==" in line for line in lines)
+    names = {line.split("==")[0].lower() for line in lines}
+    assert {"tensorflow-cpu", "numpy", "scikit-learn", "wheel", "psutil", "pyyaml", "cloudpickle"} <= names
+
+
+def _catalog(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(body)
+    return path
+
+
+ENTRY = ("description: d, repository: a/b, tag: t1, device: cpu, python: '3.11', tensorflow: 2.15.1, "
+         "horovod: 0.28.1, mpi: m, execmode: P1, tested: true")
+
+
+@pytest.mark.parametrize("entry, message", [
+    (ENTRY + ", colour: red", "images.x: unknown key(s) colour; valid keys:"),
+    (ENTRY.replace("tag: t1, ", ""), "images.x: missing required key(s) tag"),
+    (ENTRY.replace("device: cpu", "device: tpu"), "images.x.device: 'tpu' must be cpu or gpu"),
+    (ENTRY.replace("execmode: P1", "execmode: F3"), "images.x.execmode: 'F3' must be one of P1, P2"),
+    (ENTRY.replace("repository: a/b", "repository: A//b"), "images.x.repository: 'A//b' is not a valid repository"),
+    (ENTRY.replace("tested: true", "tested: yes please"), "images.x.tested: expected bool"),
+    (ENTRY + ", recipe: nowhere.yaml", "images.x.recipe:"),
+])
+def test_bad_catalog_entries_name_the_key(tmp_path: Path, entry: str, message: str) -> None:
+    path = _catalog(tmp_path, f"images:\n  x: {{{entry}}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_catalog(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_unknown_image_lists_known_ones(tmp_path: Path) -> None:
+    path = _catalog(tmp_path, f"images:\n  x: {{{ENTRY}}}\n  y: {{{ENTRY}}}\n")
+    with pytest.raises(ConfigError, match=r"image 'z' is not in the catalogue .*; known images: x, y"):
+        get_image(load_catalog(path), "z", path)
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_catalog(_catalog(tmp_path, "images: [unclosed\n"))
+    with pytest.raises(ConfigError, match="expected a mapping at the top level, got list"):
+        load_catalog(_catalog(tmp_path, "- a\n- b\n"))
+
+
+def _recipe(tmp_path: Path, requirements: str, tensorflow: str = "2.15.1") -> Path:
+    (tmp_path / "requirements.txt").write_text(requirements)
+    source = (REPO / "containers" / "hvdflow-cpu" / "recipe.yaml").read_text()
+    path = tmp_path / "recipe.yaml"
+    path.write_text(source.replace("tensorflow: 2.15.1", f"tensorflow: {tensorflow}"))
+    return path
+
+
+def test_recipe_requires_exact_pins(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"'numpy>=1.26' is not pinned as name==version"):
+        load_recipe(_recipe(tmp_path, "tensorflow-cpu==2.15.1\nnumpy>=1.26\n"))
+
+
+def test_recipe_tensorflow_must_match_the_pin(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"horovod.tensorflow is 2.16.2 but .* pins TensorFlow 2.15.1"):
+        load_recipe(_recipe(tmp_path, "tensorflow-cpu==2.15.1\n", tensorflow="2.16.2"))

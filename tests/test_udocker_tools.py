@@ -1,0 +1,46 @@
+"""udocker's offline engine tarball and the proot wrapper that drops ``-k``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from hvdflow.udocker_tools import TOOLS_RELEASE, build_tools_tarball
+
+WRAPPER = Path(__file__).resolve().parents[1] / "src" / "hvdflow" / "udocker_tools" / "proot"
+
+
+def test_tarball_has_the_wrapper_and_version(tmp_path: Path) -> None:
+    path = build_tools_tarball(tmp_path)
+    assert build_tools_tarball(tmp_path) == path  # built once
+    with tarfile.open(path) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+        assert names["udocker_dir/bin/proot"].mode == 0o755
+        assert tar.extractfile("udocker_dir/lib/VERSION").read().decode().strip() == TOOLS_RELEASE  # type: ignore[union-attr]
+
+
+def _wrapped_args(tmp_path: Path, *args: str) -> list[str]:
+    fake = tmp_path / "fake-proot"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    out = subprocess.run([str(WRAPPER), *args], env={**os.environ, "HVDFLOW_PROOT": str(fake)},
+                         capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def test_wrapper_drops_k_before_root_only(tmp_path: Path) -> None:
+    got = _wrapped_args(tmp_path, "-k", "6.1.0", "-v", "1", "-r", "/ROOT", "-w", "/", "prog", "-k", "keep")
+    assert got == ["-v", "1", "-r", "/ROOT", "-w", "/", "prog", "-k", "keep"]
+
+
+def test_wrapper_keeps_arguments_with_spaces(tmp_path: Path) -> None:
+    assert _wrapped_args(tmp_path, "-r", "/R", "sh", "-c", "echo a  b") == ["-r", "/R", "sh", "-c", "echo a  b"]
+
+
+def test_real_proot_runs_through_the_wrapper() -> None:
+    proc = subprocess.run([str(WRAPPER), "-k", "6.1.0", "-r", "/", "/bin/sh", "-c", "echo inside"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "inside"
