@@ -18,7 +18,7 @@ user_part() {
     log "training the digits MLP with 2 Horovod ranks ($launcher) in udocker as $(id -un)"
     "$venv/bin/python" -m hvdflow smoke hvdflow-cpu --registry "$registry" --launcher $launcher --ranks 2 \
       --out "results/smoke-$launcher" > "results/smoke-$launcher.json"
-    log "results/smoke-$launcher.json: $(grep -E '"(weights_sha256|accuracy_all_digits)"' "results/smoke-$launcher.json" | tr -d ' \n')"
+    log "results/smoke-$launcher.json: $(grep -E '"(weights_sha256|val_accuracy)"' "results/smoke-$launcher.json" | tr -d ' \n')"
   done
   log "done: $HVDFLOW_ROOT/results (per-rank logs in results/smoke-*/logs)"
 }

@@ -29,7 +29,7 @@ from hvdflow.catalog import load_catalog  # noqa: E402
 from hvdflow.registry_server import start_registry  # noqa: E402
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
-WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml")
+WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles")
 
 
 @dataclass(frozen=True)

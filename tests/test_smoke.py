@@ -34,11 +34,11 @@ def test_gloo_two_ranks_train_to_identical_weights(hpc_user: HpcUser, cpu_pull: 
     proc = _smoke(hpc_user, cpu_pull, user_tmp / "gloo", "--launcher", "gloo", "--ranks", "2")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    ranks = [json.loads((user_tmp / "gloo" / f"rank-{r}.json").read_text()) for r in range(2)]
+    ranks = [json.loads((user_tmp / "gloo" / "train" / f"rank-{r}.json").read_text()) for r in range(2)]
     assert [r["controller"] for r in ranks] == ["gloo", "gloo"]
     assert [(r["rank"], r["size"], r["local_rank"], r["local_size"]) for r in ranks] == [(0, 2, 0, 2), (1, 2, 1, 2)]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"] == summary["weights_sha256"]
-    assert summary["accuracy_all_digits"] > 0.9
+    assert summary["val_accuracy"] > 0.9
     assert (summary["tensorflow"], summary["horovod"]) == ("2.15.1", "0.28.1")
     assert json.loads((user_tmp / "gloo" / "summary.json").read_text()) == summary
 
@@ -48,7 +48,7 @@ def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str]
     mpi = _smoke(hpc_user, cpu_pull, user_tmp / "mpi", "--launcher", "mpi", "--ranks", "2")
     assert gloo.returncode == 0, gloo.stderr
     assert mpi.returncode == 0, mpi.stderr
-    ranks = [json.loads((user_tmp / "mpi" / f"rank-{r}.json").read_text()) for r in range(2)]
+    ranks = [json.loads((user_tmp / "mpi" / "train" / f"rank-{r}.json").read_text()) for r in range(2)]
     assert [r["controller"] for r in ranks] == ["mpi", "mpi"]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert json.loads(mpi.stdout)["weights_sha256"] == json.loads(gloo.stdout)["weights_sha256"]
@@ -61,6 +61,7 @@ def test_a_failed_rank_stops_the_job_and_is_named(hpc_user: HpcUser, cpu_pull: l
     proc = _smoke(hpc_user, cpu_pull, out, "--launcher", launcher, "--ranks", "2", "--fail-rank", "1")
     assert proc.returncode == 1
     assert "rank 1 failed with exit code 3" in proc.stderr
-    assert str(out / "logs" / "rank-1.log") in proc.stderr
+    assert str(out / "logs" / "train" / "rank-1.log") in proc.stderr
     assert not (out / "summary.json").exists()
-    assert not (out / "rank-1.json").exists()
+    assert not (out / "train" / "model.keras").exists() and not (out / "train" / "metrics.json").exists()
+    assert not list((out / "train").glob("rank-*.json"))

@@ -10,7 +10,7 @@ from typing import Optional
 from .errors import ConfigError
 from .yamlfile import check_keys, expect, load_mapping
 
-EXECMODES = ("P1", "P2", "F1", "F2", "R1")
+EXECMODES = ("P1", "P2")  # proot; R1 and the F modes do not work with Debian's binaries (containers/README.md)
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 

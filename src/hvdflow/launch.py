@@ -1,7 +1,7 @@
 """Start Horovod ranks as ``udocker run`` processes and supervise them.
 
-Two launch models share one supervisor:
-- Gloo: hvdflow starts Horovod's rendezvous server (from the container) and waits until it accepts connections, then
+Two launch models share one supervisor, and either runtime (udocker or native, :mod:`hvdflow.runtime`):
+- Gloo: hvdflow starts Horovod's rendezvous server (from the runtime) and waits until it accepts connections, then
   one process per rank with the Horovod variables of :mod:`hvdflow.rank_env`. No MPI, ssh or horovodrun.
 - MPI: the host's ``mpirun`` starts one ``udocker run --hostenv`` per rank; the container's Open MPI must match.
 Every process runs in its own session, so a failure stops whole process groups, and each rank writes its own log.
@@ -18,27 +18,15 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
-
-import hvdflow_trainer
+from typing import Mapping, Sequence, Union
 
 from .errors import LaunchError
 from .rank_env import RankPlacement, horovod_gloo_env
-from .udocker import Udocker, run_argv
+from .runtime import NativeRuntime, UdockerRuntime
 
-TRAINER_MOUNT = "/opt/hvdflow"
+Runtime = Union[UdockerRuntime, NativeRuntime]
 RENDEZVOUS_TIMEOUT = 300.0
 STOP_GRACE = 10.0
-
-
-def trainer_volume() -> str:
-    """The bind of the in-container package into the container (``host:container``)."""
-    return f"{Path(hvdflow_trainer.__file__).parent}:{TRAINER_MOUNT}/hvdflow_trainer"
-
-
-def container_env(extra: Mapping[str, str]) -> dict[str, str]:
-    """Variables every hvdflow process in a container gets, plus ``extra``."""
-    return {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **extra}
 
 
 @dataclass
@@ -132,58 +120,57 @@ def wait_for_rendezvous(server: Supervised, port_file: Path, timeout: float) -> 
 
 
 def launch_gloo_local(
-    udocker: Udocker,
-    container: str,
+    runtime: Runtime,
     placements: Sequence[RankPlacement],
     command: Sequence[str],
-    run_dir: Path,
-    extra_env: Mapping[str, str],
+    logs: Path,
+    paths: Sequence[Path],
     timeout: float,
     iface: str = "lo",
 ) -> None:
-    """Run ``command`` as Horovod ranks on this host over Gloo, one ``udocker run`` each, supervised."""
-    logs = run_dir / "logs"
-    port_file = run_dir / "rendezvous.port"
+    """Run ``command`` as Horovod ranks on this host over Gloo, one process each, supervised.
+
+    ``paths`` are the host paths the ranks read and write (bound into containers); the logs and the rendezvous
+    server's port file go to ``logs``.
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    port_file = logs / "rendezvous.port"
     port_file.unlink(missing_ok=True)
-    volumes = [str(run_dir), trainer_volume()]
-    server_argv = run_argv(udocker, container, ["python3", "-m", "hvdflow_trainer.rendezvous", "--port-file", str(port_file)],
-                           env=container_env({}), volumes=volumes)
-    server = start("rendezvous server", server_argv, logs / "rendezvous.log", udocker.env())
+    binds = [logs, *paths]
+    server_argv = runtime.command(["python3", "-m", "hvdflow_trainer.rendezvous", "--port-file", str(port_file)], {}, binds)
+    server = start("rendezvous server", server_argv, logs / "rendezvous.log", runtime.process_env())
     ranks: list[Supervised] = []
     try:
         port = wait_for_rendezvous(server, port_file, RENDEZVOUS_TIMEOUT)
         for placement in placements:
-            env = container_env({**horovod_gloo_env(placement, "127.0.0.1", port, iface), **extra_env})
-            argv = run_argv(udocker, container, command, env=env, volumes=volumes)
-            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", udocker.env()))
+            argv = runtime.command(command, horovod_gloo_env(placement, "127.0.0.1", port, iface), binds)
+            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env()))
         supervise(ranks, timeout)
     finally:
         stop(ranks + [server])
 
 
 def launch_mpi_local(
-    udocker: Udocker,
-    container: str,
+    runtime: Runtime,
     nranks: int,
     command: Sequence[str],
-    run_dir: Path,
-    extra_env: Mapping[str, str],
+    logs: Path,
+    paths: Sequence[Path],
     timeout: float,
     mpirun: str = "mpirun",
 ) -> None:
-    """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one ``udocker run`` each.
+    """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one process each.
 
-    ``--hostenv`` hands Open MPI's variables to the container; ``/tmp`` is bound so the ranks reach the host's PMIx
-    server. Each rank's output goes to ``logs/rank-N.log``.
+    In udocker, ``--hostenv`` hands Open MPI's variables to the container and ``/tmp`` is bound so the ranks reach
+    the host's PMIx server. Each rank's output goes to ``logs/rank-N.log``.
     """
-    logs = run_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = container_env({"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi", **extra_env})
-    inner = run_argv(udocker, container, command, env=env, volumes=[str(run_dir), trainer_volume(), "/tmp"], hostenv=True)
+    env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
+    inner = runtime.command(command, env, [logs, *paths], hostenv=True)
     per_rank_log = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1'
     argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
             "sh", "-c", per_rank_log, str(logs / "rank"), *inner]
-    launcher = start("mpirun", argv, logs / "mpirun.log", udocker.env())
+    launcher = start("mpirun", argv, logs / "mpirun.log", runtime.process_env())
     try:
         supervise([launcher], timeout)
     except LaunchError as exc:
@@ -206,3 +193,9 @@ def mpirun_failed_rank(mpirun_log: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def run_one(runtime: Runtime, command: Sequence[str], paths: Sequence[Path], log: Path, timeout: float, what: str) -> None:
+    """Run one non-distributed step (preparation, evaluation) in the runtime; LaunchError naming ``what`` and the log."""
+    process = start(what, runtime.command(command, {}, paths), log, runtime.process_env())
+    supervise([process], timeout)

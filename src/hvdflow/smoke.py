@@ -1,60 +1,42 @@
-"""The smoke job: N Horovod ranks train the digits MLP in the container and must end with identical weights."""
+"""The smoke job: prepare the digits and train the MLP with N Horovod ranks; every rank must end identical."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
-from .errors import LaunchError
 from .images import ContainerRecord
-from .launch import launch_gloo_local, launch_mpi_local
-from .rank_env import placements
+from .pipeline import DatasetSpec, TrainSpec, prepare_dataset, train
+from .runtime import UdockerRuntime
 from .udocker import Udocker
 
-LAUNCHERS = ("gloo", "mpi")
+DIGITS = DatasetSpec(source="sklearn-digits", validation_fraction=0.1, test_fraction=0.2, seed=42, shard_records=256)
 
 
-def run_smoke(
-    udocker: Udocker,
-    record: ContainerRecord,
-    launcher: str,
-    ranks: int,
-    out_dir: Path,
-    epochs: int = 5,
-    fail_rank: int = -1,
-    timeout: float = 1800.0,
-) -> dict[str, object]:
-    """Train with ``ranks`` ranks through ``launcher``; write and return ``summary.json`` if all ranks agree."""
-    if launcher not in LAUNCHERS:
-        raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
-    if ranks < 1:
-        raise LaunchError(f"ranks must be at least 1, got {ranks}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [out_dir / "summary.json", *out_dir.glob("rank-*.json")]:
-        stale.unlink(missing_ok=True)
-    command = ["python3", "-m", "hvdflow_trainer.smoke", "--out", str(out_dir), "--epochs", str(epochs),
-               "--fail-rank", str(fail_rank)]
-    if launcher == "gloo":
-        launch_gloo_local(udocker, record.container, placements([(socket.gethostname(), ranks)]), command, out_dir, {}, timeout)
-    else:
-        launch_mpi_local(udocker, record.container, ranks, command, out_dir, {}, timeout)
-    results = []
-    for rank in range(ranks):
-        path = out_dir / f"rank-{rank}.json"
-        if not path.exists():
-            raise LaunchError(f"rank {rank} exited 0 but wrote no result {path}; log: {out_dir / 'logs'}")
-        results.append(json.loads(path.read_text()))
-    hashes = sorted({r["weights_sha256"] for r in results})
-    if len(hashes) != 1:
-        raise LaunchError(f"ranks ended with different weights: {[r['weights_sha256'][:12] for r in results]}")
+def smoke_spec(ranks: int, epochs: int) -> TrainSpec:
+    """The smoke experiment: a 64-unit MLP, SGD with momentum, fixed seed."""
+    return TrainSpec(ranks=ranks, model="mlp", hidden_units=64, epochs=epochs, batch_size=32, learning_rate=0.01,
+                     momentum=0.9, warmup_epochs=1, seed=1234)
+
+
+def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: int, out_dir: Path, epochs: int = 5,
+              fail_rank: int = -1) -> dict[str, object]:
+    """Run the smoke job in ``record``'s container; write and return ``summary.json``."""
+    runtime = UdockerRuntime(udocker, record.container)
+    (out_dir / "summary.json").unlink(missing_ok=True)
+    dataset = out_dir / "dataset"
+    prepare_dataset(runtime, DIGITS, dataset, out_dir / "logs" / "prepare.log")
+    fail = (fail_rank, 1) if fail_rank >= 0 else None
+    results = train(runtime, launcher, smoke_spec(ranks, epochs), dataset, out_dir / "train", out_dir / "logs" / "train",
+                    fail=fail)
+    metrics = json.loads((out_dir / "train" / "metrics.json").read_text())
     summary: dict[str, object] = {
         "launcher": launcher,
         "ranks": ranks,
         "controller": results[0]["controller"],
-        "weights_sha256": hashes[0],
-        "accuracy_all_digits": results[0]["accuracy_all_digits"],
+        "weights_sha256": results[0]["weights_sha256"],
+        "val_accuracy": metrics["final"]["val_accuracy"],
         "image": record.image,
         "reference": record.reference,
         "digest": record.digest,

@@ -1,0 +1,140 @@
+"""The pipeline's steps, callable from Snakemake rules and from the command line.
+
+Each step runs the in-container code through a runtime (:mod:`hvdflow.runtime`), writes its outputs, and writes the
+file that marks it complete last, so a failed step never leaves outputs that look complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+from .errors import LaunchError
+from .launch import launch_gloo_local, launch_mpi_local, run_one
+from .rank_env import placements
+from .runtime import NativeRuntime, UdockerRuntime
+
+Runtime = Union[UdockerRuntime, NativeRuntime]
+LAUNCHERS = ("gloo", "mpi")
+STEP_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
+TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard", "checkpoints")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How a dataset is prepared (config ``datasets.<name>``)."""
+
+    source: str
+    validation_fraction: float
+    test_fraction: float
+    seed: int
+    shard_records: int
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What one experiment trains (config ``experiments.<name>``, less the dataset and image)."""
+
+    ranks: int
+    model: str
+    hidden_units: int
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    warmup_epochs: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise LaunchError(f"ranks must be at least 1, got {self.ranks}")
+
+    def argv(self, dataset_dir: Path, out_dir: Path) -> list[str]:
+        """The trainer's command line."""
+        return ["python3", "-m", "hvdflow_trainer.train", "--dataset", str(dataset_dir), "--out", str(out_dir),
+                "--model", self.model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
+                "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
+                "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed)]
+
+
+def prepare_dataset(runtime: Runtime, spec: DatasetSpec, out_dir: Path, log: Path) -> dict[str, object]:
+    """Prepare ``spec`` into ``out_dir`` (shards, then ``index.json``); return the index."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    (out_dir / "index.json").unlink(missing_ok=True)
+    command = ["python3", "-m", "hvdflow_trainer.prepare", spec.source, "--out", str(out_dir),
+               "--validation-fraction", repr(spec.validation_fraction), "--test-fraction", repr(spec.test_fraction),
+               "--seed", str(spec.seed), "--shard-records", str(spec.shard_records)]
+    run_one(runtime, command, [out_dir.parent], log, STEP_TIMEOUT, f"preparing {spec.source}")
+    return json.loads((out_dir / "index.json").read_text())
+
+
+def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
+          iface: str = "lo", fail: Optional[tuple[int, int]] = None) -> list[dict[str, object]]:
+    """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
+
+    Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``.
+
+    Raises LaunchError if a rank fails or the ranks end with different weights. ``fail`` = (rank, epoch) makes that
+    rank crash at the end of that epoch (for tests).
+    """
+    if launcher not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TRAIN_OUTPUTS:
+        target = out_dir / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    for stale in out_dir.glob("rank-*.json"):
+        stale.unlink()
+    command = spec.argv(dataset_dir, out_dir)
+    if fail is not None:
+        command += ["--fail-rank", str(fail[0]), "--fail-epoch", str(fail[1])]
+    try:
+        if launcher == "gloo":
+            ranks = placements([(socket.gethostname(), spec.ranks)])
+            launch_gloo_local(runtime, ranks, command, logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT, iface)
+        else:
+            launch_mpi_local(runtime, spec.ranks, command, logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT)
+        return collect_rank_results(out_dir, spec.ranks)
+    except BaseException:
+        for name in ("model.keras", "metrics.json"):
+            (out_dir / name).unlink(missing_ok=True)
+        raise
+
+
+def collect_rank_results(out_dir: Path, ranks: int) -> list[dict[str, object]]:
+    """Every rank's ``rank-<r>.json``; LaunchError if one is missing or the final weights differ."""
+    results = []
+    for rank in range(ranks):
+        path = out_dir / f"rank-{rank}.json"
+        if not path.exists():
+            raise LaunchError(f"rank {rank} exited 0 but wrote no result {path}")
+        results.append(json.loads(path.read_text()))
+    hashes = [str(r["weights_sha256"]) for r in results]
+    if len(set(hashes)) != 1:
+        raise LaunchError(f"ranks ended with different weights: {[h[:12] for h in hashes]}")
+    return results
+
+
+def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, log: Path) -> dict[str, object]:
+    """Test-set metrics of ``model`` written to ``out_file``."""
+    out_file.unlink(missing_ok=True)
+    command = ["python3", "-m", "hvdflow_trainer.evaluate", "--model", str(model), "--dataset", str(dataset_dir),
+               "--out", str(out_file)]
+    run_one(runtime, command, [model.parent, dataset_dir, out_file.parent], log, STEP_TIMEOUT, f"evaluating {model}")
+    return json.loads(out_file.read_text())
+
+
+def timestamp() -> str:
+    """Now, UTC, ISO 8601."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def spec_dict(spec: Union[TrainSpec, DatasetSpec]) -> dict[str, object]:
+    """A spec as a plain dictionary (for run records)."""
+    return asdict(spec)

@@ -1,0 +1,139 @@
+"""The pipeline's rule bodies: each takes the profile, the image record and paths, and logs to the rule's log."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Union
+
+from .cache import sha256_file
+from .catalog import get_image, load_catalog
+from .images import ContainerRecord, ensure_container, pull_image
+from .pipeline import DatasetSpec, TrainSpec, evaluate, prepare_dataset, train
+from .profile import ClusterProfile
+from .runtime import NativeRuntime, UdockerRuntime
+from .udocker import Udocker, allow_root_from_env
+
+
+@contextmanager
+def logged(log: Path) -> Iterator[None]:
+    """Append this step's messages and errors to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as handle:
+        handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] start\n")
+        try:
+            yield
+        except BaseException as exc:
+            handle.write(f"error: {exc}\n")
+            raise
+        handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] done\n")
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, log: Path) -> None:
+    """Pull, verify and lock ``image``, create its container once, and write its record."""
+    with logged(log):
+        spec = get_image(load_catalog(catalog), image, catalog)
+        udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
+        manifest = pull_image(udocker, spec, profile.registry, lock)
+        record = ensure_container(udocker, spec, manifest, profile.execmode)
+        record_out.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(record_out, asdict(record))
+
+
+def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Union[UdockerRuntime, NativeRuntime]:
+    """The runtime the profile asks for, with the image the record names."""
+    record = ContainerRecord(**json.loads(image_record.read_text()))
+    if profile.runtime == "native":
+        from .native import native_python
+
+        return NativeRuntime(native_python(profile, record.image, catalog))
+    return UdockerRuntime(Udocker(Path(record.udocker_dir), allow_root=allow_root_from_env()), record.container)
+
+
+def prepare_step(spec: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path, index: Path,
+                 log: Path) -> None:
+    """Prepare a dataset into the directory of ``index``."""
+    with logged(log):
+        dataset = DatasetSpec(source=spec["source"], validation_fraction=spec["validation_fraction"],
+                              test_fraction=spec["test_fraction"], seed=spec["seed"], shard_records=spec["shard_records"])
+        prepare_dataset(runtime_for(profile, image_record, catalog), dataset, index.parent.resolve(),
+                        log.resolve().with_suffix(".prepare.log"))
+
+
+def _git_revision(directory: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None, "note": f"{directory} is not a git checkout"}
+
+
+def _files_sha256(paths: list[Path]) -> dict[str, str]:
+    return {str(p): sha256_file(p) for p in sorted(paths) if p.is_file()}
+
+
+def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
+               image_record: Path, index: Path, record_out: Path, log: Path) -> None:
+    """Train experiment ``name``; write its run record last."""
+    with logged(log):
+        started = time.time()
+        train_spec = TrainSpec(**{k: spec[k] for k in ("ranks", "model", "hidden_units", "epochs", "batch_size",
+                                                        "learning_rate", "momentum", "warmup_epochs", "seed")})
+        out_dir = record_out.parent.resolve()
+        results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher, train_spec,
+                        index.parent.resolve(), out_dir, logs_dir=log.resolve().with_suffix(""),
+                        iface=profile.network_interface)
+        ended = time.time()
+        image = json.loads(image_record.read_text())
+        dataset_index = json.loads(index.read_text())
+        shard_files = [index.parent / s["file"] for split in dataset_index["splits"].values() for s in split["shards"]]
+        outputs = [out_dir / n for n in ("model.keras", "metrics.json", "history.csv")]
+        record = {
+            "experiment": name,
+            "config": {"experiment": dict(spec), "dataset": dict(config["datasets"][spec["dataset"]]),
+                       "catalog": config["catalog"], "lock": config["lock"]},
+            "profile": {k: str(v) for k, v in asdict(profile).items()},
+            "image": {"name": image["image"], "reference": image["reference"], "registry": image["registry"],
+                      "digest": image["digest"], "container": image["container"], "execmode": image["execmode"]},
+            "runtime": profile.runtime,
+            "launcher": profile.launcher,
+            "code": _git_revision(Path(__file__).resolve().parent),
+            "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
+            "versions": {"tensorflow": results[0]["tensorflow"], "horovod": results[0]["horovod"],
+                         "python_in_runtime": results[0]["python"], "python_host": platform.python_version(),
+                         "hvdflow": __import__("hvdflow").__version__},
+            "ranks": [{k: r[k] for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
+                                         "controller", "weights_sha256")} for r in results],
+            "hosts": sorted({str(r["hostname"]) for r in results}),
+            "weights_sha256": results[0]["weights_sha256"],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ended)),
+            "seconds": round(ended - started, 3),
+            "inputs_sha256": _files_sha256([index, *shard_files]),
+            "outputs_sha256": _files_sha256(outputs),
+            "command": sys.argv,
+        }
+        _write_json(record_out, record)
+
+
+def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, model: Path, index: Path, out: Path,
+                  log: Path) -> None:
+    """Test-set metrics of a trained model."""
+    with logged(log):
+        evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
+                 log.resolve().with_suffix(".run.log"))

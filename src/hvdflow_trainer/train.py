@@ -1,0 +1,201 @@
+"""Data-parallel training with Horovod's Keras API on a prepared dataset, deterministic.
+
+Follows Horovod's Keras recipe in order: init, one GPU per local rank, learning rate scaled by the number of ranks,
+distributed optimizer, broadcast / metric-average / warm-up callbacks, checkpoints and logs on rank 0 only, and
+every rank reading its own equal share of the shards. Each rank writes ``rank-<r>.json`` (placement, versions and
+the sha256 of its final weights); rank 0 writes the model, ``history.csv``, TensorBoard logs and ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import time
+from typing import Dict, List, Optional
+
+from .records import parse_fn, read_index, verified_shards
+
+
+def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
+    """sha256 over the bytes of a model's weight arrays, in order."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    for array in weights:
+        sha.update(array.tobytes())
+    return sha.hexdigest()
+
+
+def write_json(path: str, data: Dict[str, object]) -> None:
+    """Write ``data`` as JSON atomically."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: int, size: int, batch: int,
+                 seed: int, shuffle: bool):  # type: ignore[no-untyped-def]
+    """This rank's equal share of ``split``: every rank gets ``records // size`` samples, so all take the same steps."""
+    import tensorflow as tf
+
+    records = int(index["splits"][split]["records"])  # type: ignore[index]
+    per_rank = records // size
+    if per_rank == 0:
+        raise ValueError("split %s has %d records, fewer than the %d ranks" % (split, records, size))
+    data = tf.data.TFRecordDataset(paths).map(parse_fn(index), num_parallel_calls=1, deterministic=True)
+    if shuffle:
+        data = data.shuffle(records, seed=seed, reshuffle_each_iteration=True)
+    return data.shard(size, rank).take(per_rank).batch(batch), per_rank
+
+
+class EpochFailure:
+    """Test hook: make one rank exit with status 3 at the end of a given epoch (a rank crashing mid-training)."""
+
+    def __init__(self, rank: int, epoch: int) -> None:
+        self.rank, self.epoch = rank, epoch
+
+    def callback(self, my_rank: int):  # type: ignore[no-untyped-def]
+        """A Keras callback that exits this process when it is the failing rank and epoch."""
+        import tensorflow as tf
+
+        failure = self
+
+        class _Fail(tf.keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+                if my_rank == failure.rank and epoch + 1 == failure.epoch:
+                    print("rank %d: failing on purpose after epoch %d" % (my_rank, epoch + 1), flush=True)
+                    os._exit(3)
+
+        return _Fail()
+
+
+class EpochTimer:
+    """Wall time of every epoch, measured on each rank."""
+
+    def __init__(self) -> None:
+        self.seconds: List[float] = []
+
+    def callback(self):  # type: ignore[no-untyped-def]
+        """The Keras callback that records the times."""
+        import tensorflow as tf
+
+        timer = self
+
+        class _Timer(tf.keras.callbacks.Callback):
+            def on_epoch_begin(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+                self.start = time.perf_counter()
+
+            def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+                timer.seconds.append(time.perf_counter() - self.start)
+
+        return _Timer()
+
+
+def train(args: argparse.Namespace) -> Dict[str, object]:
+    """Train on the dataset at ``args.dataset``; write the outputs into ``args.out``; return this rank's result."""
+    import horovod
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    from .models import build_model
+
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
+    tf.keras.utils.set_random_seed(args.seed)
+    tf.config.experimental.enable_op_determinism()
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+
+    index = read_index(args.dataset)
+    multi = index["task"] == "multi-label"
+    train_paths = verified_shards(args.dataset, index, "train")
+    val_paths = verified_shards(args.dataset, index, "validation")
+    train_data, train_per_rank = rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(), args.batch_size,
+                                              args.seed, shuffle=True)
+    val_data, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed,
+                               shuffle=False)
+
+    model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
+    scaled_lr = args.learning_rate * hvd.size()
+    # The legacy optimizer: Horovod 0.28.1's warm-up callback adjusts momentum as a variable, which only the legacy
+    # optimizers of TF >= 2.11 keep it as.
+    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(scaled_lr, momentum=args.momentum))
+    if multi:
+        loss, metrics = "binary_crossentropy", [tf.keras.metrics.BinaryAccuracy(name="accuracy")]
+    else:
+        loss, metrics = "sparse_categorical_crossentropy", ["accuracy"]
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
+
+    timer = EpochTimer()
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.MetricAverageCallback(),
+        hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs,
+                                                 steps_per_epoch=-(-train_per_rank // args.batch_size), verbose=0),
+        timer.callback(),
+    ]
+    if args.fail_rank >= 0:
+        callbacks.append(EpochFailure(args.fail_rank, args.fail_epoch).callback(hvd.rank()))
+    if hvd.rank() == 0:
+        os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
+        callbacks += [
+            tf.keras.callbacks.ModelCheckpoint(os.path.join(args.out, "checkpoints", "epoch-{epoch:03d}.weights.h5"),
+                                               save_weights_only=True),
+            tf.keras.callbacks.TensorBoard(os.path.join(args.out, "tensorboard"), profile_batch=0),
+            tf.keras.callbacks.CSVLogger(os.path.join(args.out, "history.csv")),
+        ]
+    history = model.fit(train_data, validation_data=val_data, epochs=args.epochs, callbacks=callbacks,
+                        verbose=2 if hvd.rank() == 0 else 0)
+
+    result: Dict[str, object] = {
+        "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
+        "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
+        "controller": "mpi" if hvd.mpi_enabled() else "gloo",
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "weights_sha256": weights_sha256(model.get_weights()),
+        "epoch_seconds": timer.seconds,
+        "train_records_per_rank": train_per_rank,
+        "tensorflow": tf.__version__, "horovod": horovod.__version__,
+        "python": "%d.%d.%d" % tuple(__import__("sys").version_info[:3]),
+    }
+    if hvd.rank() == 0:
+        # an uncompiled copy: the saved model must not depend on Horovod's optimizer wrapper to load
+        plain = tf.keras.models.clone_model(model)
+        plain.set_weights(model.get_weights())
+        plain.save(os.path.join(args.out, "model.keras"))
+        final = {key: float(values[-1]) for key, values in history.history.items()}
+        write_json(os.path.join(args.out, "metrics.json"), {"final": final, "epochs": args.epochs,
+                                                            "epoch_seconds": timer.seconds})
+    return result
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Command line: ``python -m hvdflow_trainer.train --dataset DIR --out DIR [hyperparameters]``."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dataset", required=True, help="prepared dataset directory (with index.json)")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--hidden-units", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--learning-rate", type=float, default=0.01, help="per rank; scaled by the number of ranks")
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--warmup-epochs", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra- and inter-op threads per rank")
+    parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-epoch", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    result = train(args)
+    write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
+
+
+if __name__ == "__main__":
+    main()

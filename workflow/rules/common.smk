@@ -1,0 +1,80 @@
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
+
+from hvdflow.catalog import load_catalog  # noqa: E402
+from hvdflow.errors import HvdflowError  # noqa: E402
+from hvdflow.profile import load_profile  # noqa: E402
+
+
+validate(config, "../schemas/config.schema.yaml", set_default=True)
+
+if "hvdflow_profile" not in config:
+    raise WorkflowError(
+        "no cluster profile: run with --profile profiles/<cluster> (its config.yaml sets hvdflow_profile)"
+    )
+try:
+    PROFILE = load_profile(Path(config["hvdflow_profile"]))
+    CATALOG = load_catalog(Path(config["catalog"]))
+except HvdflowError as exc:
+    raise WorkflowError(str(exc)) from None
+
+for _name, _experiment in config["experiments"].items():
+    if _experiment["dataset"] not in config["datasets"]:
+        raise WorkflowError(
+            f"experiments.{_name}.dataset: {_experiment['dataset']!r} is not a key of datasets "
+            f"({', '.join(sorted(config['datasets']))})"
+        )
+for _section in ("experiments", "datasets"):
+    for _name, _entry in config[_section].items():
+        if _entry["image"] not in CATALOG:
+            raise WorkflowError(
+                f"{_section}.{_name}.image: {_entry['image']!r} is not in the catalogue {config['catalog']} "
+                f"({', '.join(sorted(CATALOG))})"
+            )
+
+
+wildcard_constraints:
+    experiment="|".join(config["experiments"]),
+    dataset="|".join(config["datasets"]),
+    image="|".join(CATALOG),
+
+
+def experiment(wildcards):
+    """The config entry of the experiment a job belongs to."""
+    return config["experiments"][wildcards.experiment]
+
+
+def get_image_record(image):
+    """The image record a job needs."""
+    return f"resources/images/{image}.json"
+
+
+def get_dataset_image_record(wildcards):
+    """The image record of the image a dataset is prepared in."""
+    return get_image_record(config["datasets"][wildcards.dataset]["image"])
+
+
+def get_train_inputs(wildcards):
+    """What a training job reads: its image record and its prepared dataset's index."""
+    entry = experiment(wildcards)
+    return {
+        "image": get_image_record(entry["image"]),
+        "index": f"resources/datasets/{entry['dataset']}/index.json",
+    }
+
+
+def get_final_outputs():
+    """Evaluation and report figures of every experiment."""
+    return expand(
+        [
+            "results/{experiment}/evaluation.json",
+            "results/{experiment}/plots/learning_curves.png",
+            "results/{experiment}/plots/confusion_matrix.png",
+        ],
+        experiment=config["experiments"],
+    )
