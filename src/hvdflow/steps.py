@@ -84,7 +84,17 @@ def _git_revision(directory: Path) -> dict[str, Any]:
 
 
 def _files_sha256(paths: list[Path]) -> dict[str, str]:
+    """sha256 of each file, keyed by its path as given (relative to the working directory in the pipeline)."""
     return {str(p): sha256_file(p) for p in sorted(paths) if p.is_file()}
+
+
+def injected_failure() -> tuple[int, int] | None:
+    """Fault injection for tests: ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH`` makes that rank exit after that epoch."""
+    value = os.environ.get("HVDFLOW_INJECT_RANK_FAILURE")
+    if not value:
+        return None
+    rank, epoch = value.split(":")
+    return int(rank), int(epoch)
 
 
 def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
@@ -97,12 +107,12 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         out_dir = record_out.parent.resolve()
         results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher, train_spec,
                         index.parent.resolve(), out_dir, logs_dir=log.resolve().with_suffix(""),
-                        iface=profile.network_interface)
+                        iface=profile.network_interface, fail=injected_failure())
         ended = time.time()
         image = json.loads(image_record.read_text())
         dataset_index = json.loads(index.read_text())
         shard_files = [index.parent / s["file"] for split in dataset_index["splits"].values() for s in split["shards"]]
-        outputs = [out_dir / n for n in ("model.keras", "metrics.json", "history.csv")]
+        outputs = [record_out.parent / n for n in ("model.keras", "metrics.json", "history.csv")]
         record = {
             "experiment": name,
             "config": {"experiment": dict(spec), "dataset": dict(config["datasets"][spec["dataset"]]),
@@ -137,3 +147,44 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
     with logged(log):
         evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
                  log.resolve().with_suffix(".run.log"))
+
+
+# Rule bodies: Snakemake's `run:` blocks call these with the job's namespaces, so the rules stay one line long.
+
+def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule pull_image."""
+    pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record), Path(log[0]))
+
+
+def prepare_rule(input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule prepare_dataset."""
+    prepare_step(params.spec, profile, Path(config["catalog"]), Path(input.image), Path(output.index), Path(log[0]))
+
+
+def train_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+               profile: ClusterProfile) -> None:
+    """Rule train."""
+    train_step(wildcards.experiment, params.spec, config, profile, Path(input.image), Path(input.index),
+               Path(output.record), Path(log[0]))
+
+
+def evaluate_rule(input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule evaluate."""
+    evaluate_step(profile, Path(config["catalog"]), Path(input.image), Path(input.model), Path(input.index),
+                  Path(output.evaluation), Path(log[0]))
+
+
+def learning_curves_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_learning_curves."""
+    from .plots import plot_learning_curves
+
+    with logged(Path(log[0])):
+        plot_learning_curves(Path(input.history), Path(output.plot), wildcards.experiment)
+
+
+def confusion_matrix_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_confusion_matrix."""
+    from .plots import plot_confusion_matrix
+
+    with logged(Path(log[0])):
+        plot_confusion_matrix(Path(input.evaluation), Path(output.plot), wildcards.experiment)

@@ -6,10 +6,10 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
+from hvdflow import steps  # noqa: E402
 from hvdflow.catalog import load_catalog  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.profile import load_profile  # noqa: E402
-
 
 validate(config, "../schemas/config.schema.yaml", set_default=True)
 

@@ -10,6 +10,4 @@ rule prepare_dataset:
     params:
         spec=lambda wildcards: config["datasets"][wildcards.dataset],
     run:
-        from hvdflow.steps import prepare_step
-
-        prepare_step(params.spec, PROFILE, Path(config["catalog"]), Path(input.image), Path(output.index), Path(log[0]))
+        steps.prepare_rule(input, output, log, params, config, PROFILE)

@@ -4,7 +4,7 @@ rule evaluate:
         index=lambda wildcards: f"resources/datasets/{experiment(wildcards)['dataset']}/index.json",
         image=lambda wildcards: get_image_record(experiment(wildcards)["image"]),
     output:
-        report(
+        evaluation=report(
             "results/{experiment}/evaluation.json",
             caption="../report/evaluation.rst",
             category="{experiment}",
@@ -12,6 +12,4 @@ rule evaluate:
     log:
         "logs/evaluate/{experiment}.log",
     run:
-        from hvdflow.steps import evaluate_step
-
-        evaluate_step(PROFILE, Path(config["catalog"]), Path(input.image), Path(input.model), Path(input.index), Path(output[0]), Path(log[0]))
+        steps.evaluate_rule(input, output, log, config, PROFILE)

@@ -5,12 +5,10 @@ rule pull_image:
         record="resources/images/{image}.json",
     log:
         "logs/pull_image/{image}.log",
+    localrule: True
     params:
         registry=PROFILE.registry,
         udocker_dir=str(PROFILE.udocker_dir),
         execmode=PROFILE.execmode,
-    localrule: True
     run:
-        from hvdflow.steps import pull_step
-
-        pull_step(wildcards.image, PROFILE, Path(input.catalog), Path(config["lock"]), Path(output.record), Path(log[0]))
+        steps.pull_rule(wildcards, input, output, log, config, PROFILE)

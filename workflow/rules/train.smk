@@ -16,6 +16,4 @@ rule train:
         launcher=PROFILE.launcher,
         runtime=PROFILE.runtime,
     run:
-        from hvdflow.steps import train_step
-
-        train_step(wildcards.experiment, params.spec, config, PROFILE, Path(input.image), Path(input.index), Path(output.record), Path(log[0]))
+        steps.train_rule(wildcards, input, output, log, params, config, PROFILE)

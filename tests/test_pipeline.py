@@ -1,0 +1,163 @@
+"""The pipeline end to end on the embedded default, as an ordinary user, on the real image."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import REPO, HpcUser, Registry, _chown_tree
+from hvdflow.build.image import BuiltImage
+
+pytestmark = [pytest.mark.image, pytest.mark.e2e]
+TREE = ("src", "containers", "workflow", "config", "profiles")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class Pipeline:
+    """A user-owned copy of the tree where the user runs Snakemake."""
+
+    def __init__(self, user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+        self.user, self.registry, self.udocker_dir = user, registry, udocker_dir
+        self.root = user.home / "hvdflow-tests" / f"pipeline-{uuid.uuid4().hex[:8]}"
+        self.root.mkdir(parents=True)
+        for part in TREE:
+            shutil.copytree(user.workspace / part, self.root / part)
+        if (REPO / ".git").is_dir():
+            shutil.copytree(REPO / ".git", self.root / ".git")  # so the run record names the commit
+        _chown_tree(self.root, user.uid, user.gid)
+
+    def snakemake(self, *args: str, profile: str = "local", extra_env: dict[str, str] = {}) -> subprocess.CompletedProcess[str]:
+        env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
+        proc = subprocess.run(["runuser", "-u", self.user.name, "--", "env", "-i",
+                               *[f"{k}={v}" for k, v in self.user.env(env).items()],
+                               str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args],
+                              cwd=self.root, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+        return proc
+
+    def json(self, rel: str) -> dict:  # type: ignore[type-arg]
+        return json.loads((self.root / rel).read_text())
+
+
+@pytest.fixture(scope="session")
+def udocker_dir(hpc_user: HpcUser, cpu_image: BuiltImage) -> Path:
+    """The session's udocker directory (the smoke tests pull into the same one)."""
+    return hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / "cpu") / "udocker"
+
+
+@pytest.fixture(scope="session")
+def demo(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Iterator[Pipeline]:
+    """The demo pipeline, run once for the session."""
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake()
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    yield pipeline
+
+
+def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: BuiltImage) -> None:
+    evaluation = demo.json("results/demo/evaluation.json")
+    assert evaluation["accuracy"] >= 0.9 and evaluation["samples"] == 359
+    assert len(evaluation["confusion_matrix"]) == 10 and set(evaluation["per_class"]) == {str(d) for d in range(10)}
+    record = demo.json("results/demo/run.json")
+    assert record["image"]["digest"] == cpu_image.manifest_digest
+    assert record["image"]["reference"] == "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11"
+    assert [r["rank"] for r in record["ranks"]] == [0, 1]
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    assert record["versions"]["tensorflow"] == "2.15.1" and record["versions"]["horovod"] == "0.28.1"
+    assert record["seeds"] == {"training": 1234, "split": 42}
+    assert record["config"]["experiment"]["epochs"] == 10 and record["profile"]["runtime"] == "udocker"
+    index = demo.json("resources/datasets/digits/index.json")
+    assert index["splits"]["train"]["records"] + index["splits"]["validation"]["records"] + 359 == 1797
+    for split in index["splits"].values():
+        for shard in split["shards"]:
+            assert record["inputs_sha256"][f"resources/datasets/digits/{shard['file']}"] == shard["sha256"]
+    assert set(record["outputs_sha256"]) == {f"results/demo/{n}" for n in ("model.keras", "metrics.json", "history.csv")}
+    if (REPO / ".git").is_dir():
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        assert record["code"]["commit"] == head
+    for plot in ("learning_curves", "confusion_matrix"):
+        assert (demo.root / f"results/demo/plots/{plot}.png").read_bytes().startswith(PNG)
+    assert list((demo.root / "results/demo/tensorboard").rglob("events.out.tfevents.*"))
+    assert (demo.root / "logs/train/demo/rank-1.log").exists()
+
+
+def test_second_call_has_nothing_to_do_and_a_changed_hyperparameter_reruns_only_training_on(demo: Pipeline) -> None:
+    again = demo.snakemake()
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    config = demo.root / "config" / "config.yaml"
+    original = config.read_text()
+    try:
+        config.write_text(original.replace("epochs: 10 ", "epochs: 11 "))
+        dry = demo.snakemake("--dry-run")
+    finally:
+        config.write_text(original)
+    jobs = dry.stdout + dry.stderr
+    assert dry.returncode == 0, jobs
+    for rule in ("train", "evaluate", "plot_learning_curves", "plot_confusion_matrix"):
+        assert f"rule {rule}:" in jobs
+    assert "rule pull_image:" not in jobs and "rule prepare_dataset:" not in jobs
+
+
+def test_report_has_the_figures(demo: Pipeline) -> None:
+    proc = demo.snakemake("--report", "report.html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (demo.root / "report.html").read_text()
+    assert "learning_curves.png" in html and "confusion_matrix.png" in html and "evaluation.json" in html
+
+
+def test_rerun_from_scratch_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
+                                                   udocker_dir: Path) -> None:
+    fresh = Pipeline(hpc_user, registry, udocker_dir)
+    proc = fresh.snakemake()
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert fresh.json("results/demo/run.json")["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+
+
+def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
+                                               udocker_dir: Path) -> None:
+    # the native venv reuses the wheelhouse and Horovod wheel the image build made (same keys), as a user would
+    # after building once; copying them saves the 3-minute compile
+    cache = hpc_user.home / ".cache" / "hvdflow"
+    for part in ("wheelhouse", "wheels"):
+        source = Path.home() / ".cache" / "hvdflow" / part
+        if source.is_dir():
+            shutil.copytree(source, cache / part, dirs_exist_ok=True)
+    _chown_tree(cache, hpc_user.uid, hpc_user.gid)
+    native = Pipeline(hpc_user, registry, udocker_dir)
+    proc = native.snakemake(profile="local-native")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    record = native.json("results/demo/run.json")
+    assert record["runtime"] == "native"
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+
+
+def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(hpc_user: HpcUser, registry: Registry,
+                                                                         udocker_dir: Path) -> None:
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2"})
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "rank 1 failed with exit code 3" in output
+    assert str(pipeline.root / "logs/train/demo/rank-1.log") in output
+    for name in ("model.keras", "metrics.json", "run.json", "evaluation.json"):
+        assert not (pipeline.root / "results/demo" / name).exists(), name
+
+
+def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
+                                                              udocker_dir: Path) -> None:
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    assert pipeline.snakemake("--until", "prepare_dataset").returncode == 0
+    shard = pipeline.root / "resources/datasets/digits/train-00001-of-00005.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    proc = pipeline.snakemake()
+    assert proc.returncode != 0
+    assert f"shard {shard} has sha256" in proc.stdout + proc.stderr and "the file is corrupt" in proc.stdout + proc.stderr
+    for name in ("model.keras", "metrics.json", "run.json"):
+        assert not (pipeline.root / "results/demo" / name).exists(), name
