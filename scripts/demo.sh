@@ -1,32 +1,31 @@
 #!/usr/bin/env bash
-# The main job. As root on a fresh Debian 12 machine it does everything: installs the Debian packages, builds the
-# hvdflow-cpu image offline (cached in ~/.cache/hvdflow), serves it from a registry on 127.0.0.1, creates the
-# ordinary user $HVDFLOW_DEMO_USER (default: hvdflow) and, as that user, pulls the image with udocker and trains
-# the digits MLP with 2 Horovod ranks over Gloo and then over MPI. Results land in ~$HVDFLOW_DEMO_USER/hvdflow-demo.
-# As an ordinary user (an HPC login node) it runs only the user part, against $HVDFLOW_REGISTRY.
+# The main job: the demo pipeline on the embedded default (`snakemake --profile profiles/local`).
+# As root on a fresh Debian 12 machine it does everything: installs the Debian packages, builds the hvdflow-cpu
+# image offline (cached in ~/.cache/hvdflow), serves it from a registry on 127.0.0.1, creates the ordinary user
+# $HVDFLOW_DEMO_USER (default: hvdflow) and, as that user, runs the pipeline (pull and verify the image with udocker,
+# prepare the digits into sharded TFRecords, train with 2 Horovod ranks, evaluate, plot) and writes the HTML report.
+# Results land in ~$HVDFLOW_DEMO_USER/hvdflow-demo. As an ordinary user (an HPC login node) it runs only the user
+# part, against $HVDFLOW_REGISTRY.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$HVDFLOW_ROOT"
-TREE_PARTS=(src containers requirements scripts pyproject.toml)
+TREE_PARTS=(src containers requirements scripts pyproject.toml workflow config profiles .git)
 
 user_part() {
-  local registry=$1 venv
+  local venv
   venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-$(venv_key)
   ensure_venv "$venv"
-  export PYTHONPATH="$HVDFLOW_ROOT/src"
-  for launcher in gloo mpi; do
-    log "training the digits MLP with 2 Horovod ranks ($launcher) in udocker as $(id -un)"
-    "$venv/bin/python" -m hvdflow smoke hvdflow-cpu --registry "$registry" --launcher $launcher --ranks 2 \
-      --out "results/smoke-$launcher" > "results/smoke-$launcher.json"
-    log "results/smoke-$launcher.json: $(grep -E '"(weights_sha256|val_accuracy)"' "results/smoke-$launcher.json" | tr -d ' \n')"
-  done
-  log "done: $HVDFLOW_ROOT/results (per-rank logs in results/smoke-*/logs)"
+  export PATH="$venv/bin:$PATH"
+  log "running the pipeline as $(id -un): snakemake --profile profiles/local"
+  snakemake --profile profiles/local
+  snakemake --profile profiles/local --report results/report.html
+  log "test accuracy: $(python -c 'import json; print(json.load(open("results/demo/evaluation.json"))["accuracy"])')"
+  log "report: $HVDFLOW_ROOT/results/report.html; run record: $HVDFLOW_ROOT/results/demo/run.json"
 }
 
 if [ "$(id -u)" -ne 0 ]; then
   [ -n "${HVDFLOW_REGISTRY:-}" ] || { log "set HVDFLOW_REGISTRY to the registry that serves hvdflow's images"; exit 2; }
-  mkdir -p results
-  user_part "$HVDFLOW_REGISTRY"
+  user_part
   exit 0
 fi
 
@@ -53,8 +52,7 @@ home=$(getent passwd "$demo_user" | cut -d: -f6)
 tree=$home/hvdflow-demo
 log "copying the tree to $tree for $demo_user"
 mkdir -p "$tree"
-for part in "${TREE_PARTS[@]}"; do rm -rf "${tree:?}/$part"; cp -r "$part" "$tree/$part"; done
-mkdir -p "$tree/results"
+for part in "${TREE_PARTS[@]}"; do rm -rf "${tree:?}/$part"; [ -e "$part" ] && cp -r "$part" "$tree/$part"; done
 chown -R "$demo_user:" "$tree"
 runuser -u "$demo_user" -- env -i HOME="$home" USER="$demo_user" PATH=/usr/bin:/bin LANG=C.UTF-8 \
   HVDFLOW_REGISTRY="$registry" bash -c "cd '$tree' && bash scripts/demo.sh"

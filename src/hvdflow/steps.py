@@ -74,11 +74,17 @@ def prepare_step(spec: Mapping[str, Any], profile: ClusterProfile, catalog: Path
 
 
 def _git_revision(directory: Path) -> dict[str, Any]:
+    """The commit of the checkout holding ``directory``, and whether tracked files differ from it.
+
+    Files missing from the tree (a copy with only the parts the pipeline needs) do not make it dirty; changed or
+    added ones do.
+    """
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, check=True).stdout.strip()
 
     try:
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        changed = git("diff", "HEAD", "--name-only", "--diff-filter=ACMRT")
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed), "changed_files": changed.splitlines()}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None, "note": f"{directory} is not a git checkout"}
 

@@ -7,7 +7,7 @@ rule pull_image:
         "logs/pull_image/{image}.log",
     localrule: True
     params:
-        registry=PROFILE.registry,
+        # not the registry URL: the digest pinned in the lock file decides what is pulled, wherever from
         udocker_dir=str(PROFILE.udocker_dir),
         execmode=PROFILE.execmode,
     run:
