@@ -1,0 +1,64 @@
+"""Benchmark: training time per epoch in udocker against the native runtime, measured side by side in one run.
+
+Run as the ordinary user in a pipeline working directory after the demo (the image pulled, the digits prepared):
+
+    PYTHONPATH=src python benchmarks/runtimes.py --reps 3 --epochs 6
+
+Both runtimes train the same experiment with the same Gloo launcher, interleaved rep by rep so machine noise hits
+both alike. Prints every run, then medians and the udocker/native ratios. Figures, not assertions: the machines are
+shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from hvdflow.pipeline import TrainSpec, train
+from hvdflow.profile import load_profile
+from hvdflow.steps import runtime_for
+
+
+def main() -> None:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--image-record", type=Path, default=Path("resources/images/hvdflow-cpu.json"))
+    parser.add_argument("--dataset", type=Path, default=Path("resources/datasets/digits"))
+    parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
+    parser.add_argument("--profiles", nargs=2, type=Path, metavar=("UDOCKER", "NATIVE"),
+                        default=[Path("profiles/local/hvdflow.yaml"), Path("profiles/local-native/hvdflow.yaml")])
+    args = parser.parse_args()
+    spec = TrainSpec(ranks=args.ranks, model="mlp", hidden_units=64, epochs=args.epochs, batch_size=32,
+                     learning_rate=0.01, momentum=0.9, warmup_epochs=1, seed=1234)
+    runtimes = {load_profile(p).runtime: runtime_for(load_profile(p), args.image_record, args.catalog) for p in args.profiles}
+    rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in runtimes}
+    print(f"{'runtime':8} {'rep':>3} {'wall s':>8} {'epoch 1 s':>10} {'median epoch 2+ s':>18}  weights")
+    with tempfile.TemporaryDirectory(prefix="hvdflow-bench-") as tmp:
+        for rep in range(args.reps):
+            for name, runtime in runtimes.items():
+                out = Path(tmp) / f"{name}-{rep}"
+                start = time.perf_counter()
+                results = train(runtime, "gloo", spec, args.dataset.resolve(), out, out / "logs")
+                wall = time.perf_counter() - start
+                epochs = [float(s) for s in results[0]["epoch_seconds"]]  # type: ignore[union-attr]
+                later = statistics.median(epochs[1:]) if len(epochs) > 1 else float("nan")
+                rows[name].append((wall, epochs[0], later))
+                print(f"{name:8} {rep:>3} {wall:8.2f} {epochs[0]:10.2f} {later:18.3f}  {str(results[0]['weights_sha256'])[:12]}",
+                      flush=True)
+    print()
+    medians = {name: [statistics.median(v[i] for v in values) for i in range(3)] for name, values in rows.items()}
+    for name, (wall, first, later) in medians.items():
+        print(f"median {name:8} wall {wall:7.2f} s, epoch 1 {first:6.2f} s, epochs 2+ {later:6.3f} s")
+    if {"udocker", "native"} <= set(medians):
+        u, n = medians["udocker"], medians["native"]
+        print(f"udocker/native: wall {u[0] / n[0]:.2f}x, epoch 1 {u[1] / n[1]:.2f}x, epochs 2+ {u[2] / n[2]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
