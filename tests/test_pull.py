@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import HpcUser, Registry, TinyRepo
+from conftest import HpcUser, TinyRepo
 
 
 def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: dict[str, str] = {}):

@@ -14,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .atomic import write_text_atomic
 from .cache import sha256_file
 from .catalog import ImageSpec
 from .errors import ImageError
@@ -127,9 +128,7 @@ def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, exec
         )
         path = _record_path(udocker, name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(record.to_json())
-        os.replace(tmp, path)
+        write_text_atomic(path, record.to_json())
         return record
 
 

@@ -18,13 +18,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Sequence
 
 from .errors import LaunchError
 from .rank_env import RankPlacement, horovod_gloo_env
-from .runtime import NativeRuntime, UdockerRuntime
+from .runtime import Runtime
 
-Runtime = Union[UdockerRuntime, NativeRuntime]
 RENDEZVOUS_TIMEOUT = 300.0
 STOP_GRACE = 10.0
 

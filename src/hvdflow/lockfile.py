@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from .atomic import write_text_atomic
 from .errors import ConfigError, ImageError
 from .yamlfile import check_keys, load_mapping
 
@@ -63,6 +63,4 @@ def write_lock_entry(path: Path, name: str, reference: str, digest: str) -> None
     entries = read_lock(path)
     entries[name] = LockEntry(reference, digest)
     body = {"images": {key: {"reference": e.reference, "digest": e.digest} for key, e in sorted(entries.items())}}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(HEADER + yaml.safe_dump(body, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomic(path, HEADER + yaml.safe_dump(body, sort_keys=True))

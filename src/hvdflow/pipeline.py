@@ -10,17 +10,15 @@ import json
 import os
 import shutil
 import socket
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 from .errors import LaunchError
 from .launch import launch_gloo_local, launch_mpi_local, run_one
 from .rank_env import placements
-from .runtime import NativeRuntime, UdockerRuntime
+from .runtime import Runtime
 
-Runtime = Union[UdockerRuntime, NativeRuntime]
 LAUNCHERS = ("gloo", "mpi")
 STEP_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard", "checkpoints")
@@ -128,13 +126,3 @@ def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, l
                "--out", str(out_file)]
     run_one(runtime, command, [model.parent, dataset_dir, out_file.parent], log, STEP_TIMEOUT, f"evaluating {model}")
     return json.loads(out_file.read_text())
-
-
-def timestamp() -> str:
-    """Now, UTC, ISO 8601."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def spec_dict(spec: Union[TrainSpec, DatasetSpec]) -> dict[str, object]:
-    """A spec as a plain dictionary (for run records)."""
-    return asdict(spec)

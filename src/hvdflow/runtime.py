@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Union
 
 import hvdflow_trainer
 
@@ -58,3 +58,6 @@ class NativeRuntime:
     def process_env(self) -> dict[str, str]:
         """The caller's environment, without variables that would redirect the venv's interpreter."""
         return {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH")}
+
+
+Runtime = Union[UdockerRuntime, NativeRuntime]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from .atomic import write_json_atomic
 from .images import ContainerRecord
 from .pipeline import DatasetSpec, TrainSpec, prepare_dataset, train
 from .runtime import UdockerRuntime
@@ -45,7 +45,5 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
         "tensorflow": results[0]["tensorflow"],
         "horovod": results[0]["horovod"],
     }
-    tmp = out_dir / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, out_dir / "summary.json")
+    write_json_atomic(out_dir / "summary.json", summary)
     return summary

@@ -11,14 +11,15 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Union
+from typing import Any, Iterator, Mapping
 
+from .atomic import write_json_atomic
 from .cache import sha256_file
 from .catalog import get_image, load_catalog
 from .images import ContainerRecord, ensure_container, pull_image
 from .pipeline import DatasetSpec, TrainSpec, evaluate, prepare_dataset, train
 from .profile import ClusterProfile
-from .runtime import NativeRuntime, UdockerRuntime
+from .runtime import NativeRuntime, Runtime, UdockerRuntime
 from .udocker import Udocker, allow_root_from_env
 
 
@@ -36,12 +37,6 @@ def logged(log: Path) -> Iterator[None]:
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] done\n")
 
 
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, log: Path) -> None:
     """Pull, verify and lock ``image``, create its container once, and write its record."""
     with logged(log):
@@ -50,10 +45,10 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         manifest = pull_image(udocker, spec, profile.registry, lock)
         record = ensure_container(udocker, spec, manifest, profile.execmode)
         record_out.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(record_out, asdict(record))
+        write_json_atomic(record_out, asdict(record))
 
 
-def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Union[UdockerRuntime, NativeRuntime]:
+def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Runtime:
     """The runtime the profile asks for, with the image the record names."""
     record = ContainerRecord(**json.loads(image_record.read_text()))
     if profile.runtime == "native":
@@ -144,7 +139,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
             "outputs_sha256": _files_sha256(outputs),
             "command": sys.argv,
         }
-        _write_json(record_out, record)
+        write_json_atomic(record_out, record)
 
 
 def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, model: Path, index: Path, out: Path,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .atomic import write_text_atomic
 from .errors import UdockerError
 from .udocker_tools import build_tools_tarball
 
@@ -68,9 +69,7 @@ class Udocker:
         tarball = build_tools_tarball(self.state_dir)
         config = f"[DEFAULT]\ntarball = {tarball}\ninstallinfo = /dev/null\n"
         if not self.config_file.exists() or self.config_file.read_text() != config:
-            tmp = self.config_file.with_suffix(".tmp")
-            tmp.write_text(config)
-            os.replace(tmp, self.config_file)
+            write_text_atomic(self.config_file, config)
         version = self.udocker_dir / "lib" / "VERSION"
         if not version.exists():
             self.check("install")
