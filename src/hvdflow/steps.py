@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from . import __version__
 from .atomic import write_json_atomic
 from .cache import sha256_file
 from .catalog import get_image, load_catalog
@@ -127,7 +128,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
             "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
             "versions": {"tensorflow": results[0]["tensorflow"], "horovod": results[0]["horovod"],
                          "python_in_runtime": results[0]["python"], "python_host": platform.python_version(),
-                         "hvdflow": __import__("hvdflow").__version__},
+                         "hvdflow": __version__},
             "ranks": [{k: r[k] for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
                                          "controller", "weights_sha256")} for r in results],
             "hosts": sorted({str(r["hostname"]) for r in results}),

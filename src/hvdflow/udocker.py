@@ -115,7 +115,6 @@ def run_argv(
     command: Sequence[str],
     env: Mapping[str, str] = {},
     volumes: Sequence[str] = (),
-    workdir: str | None = None,
     hostenv: bool = False,
 ) -> list[str]:
     """The ``udocker run`` command line for ``command`` in ``container``.
@@ -130,8 +129,6 @@ def run_argv(
         args.append("--hostenv")
     for volume in volumes:
         args += ["-v", volume]
-    if workdir:
-        args.append(f"--workdir={workdir}")
     for key in sorted(env):
         args.append(f"--env={key}={env[key]}")
     return udocker.argv(*args, container, *command)

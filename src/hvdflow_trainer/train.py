@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import socket
+import sys
 import time
 from typing import Dict, List, Optional
 
@@ -162,7 +163,7 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         "epoch_seconds": timer.seconds,
         "train_records_per_rank": train_per_rank,
         "tensorflow": tf.__version__, "horovod": horovod.__version__,
-        "python": "%d.%d.%d" % tuple(__import__("sys").version_info[:3]),
+        "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
     }
     if hvd.rank() == 0:
         # an uncompiled copy: the saved model must not depend on Horovod's optimizer wrapper to load
