@@ -32,11 +32,23 @@ class UdockerRuntime:
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
         """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place."""
+        self._make_mountpoints([*paths, Path(TRAINER_MOUNT) / "hvdflow_trainer"])
         volumes = [str(p) for p in paths] + [f"{trainer_dir()}:{TRAINER_MOUNT}/hvdflow_trainer"]
         if hostenv:
             volumes.append("/tmp")  # Open MPI's session directory, where the ranks find the host's PMIx server
         full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **env}
         return run_argv(self.udocker, self.container, argv, env=full_env, volumes=volumes, hostenv=hostenv)
+
+    def _make_mountpoints(self, targets: Sequence[Path]) -> None:
+        """Create the bind targets inside the container's root before any run starts.
+
+        Otherwise proot resolves them through temporary "glue" directories, and a concurrent ``udocker run`` that
+        creates part of the path in the root changes what the others see: a rank then failed to write its result
+        (ENOENT) in about one MPI run in five.
+        """
+        root = self.udocker.udocker_dir / "containers" / self.container / "ROOT"
+        for target in targets:
+            (root / str(target).lstrip("/")).mkdir(parents=True, exist_ok=True)
 
     def process_env(self) -> dict[str, str]:
         """The environment the command itself is started with."""
