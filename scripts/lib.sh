@@ -11,6 +11,11 @@ HVDFLOW_APT_PACKAGES=(
   openmpi-bin libopenmpi-dev g++ make cmake
 )
 
+# The test bed's Slurm cluster (hvdflow testbed): munge, the Slurm daemons and client, slurmdbd with MariaDB.
+HVDFLOW_TESTBED_APT_PACKAGES=(
+  munge slurmctld slurmd slurm-client slurmdbd mariadb-server iproute2 util-linux
+)
+
 log() { printf '[hvdflow %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
 # Install the missing Debian packages (root only). Package scripts must not start services: a temporary

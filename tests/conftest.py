@@ -200,3 +200,9 @@ class TinyRepo:
         )
         os.chown(path, user.uid, user.gid)
         return path
+
+
+@pytest.fixture(scope="session")
+def udocker_dir(hpc_user: HpcUser, cpu_image: BuiltImage) -> Path:
+    """The session's udocker directory (the smoke tests pull into the same one)."""
+    return hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / "cpu") / "udocker"

@@ -89,3 +89,91 @@ def test_running_without_a_profile_says_so(tree: Path) -> None:
     proc = snakemake(tree, "--cores", "1", "--dry-run")
     assert proc.returncode != 0
     assert "no cluster profile: run with --profile profiles/<cluster>" in proc.stdout + proc.stderr
+
+
+SLURM_PROFILES = [p for p in PROFILES if "executor: slurm" in (REPO / "profiles" / p / "config.yaml").read_text()]
+GOLDEN = REPO / "tests" / "golden"
+# the experiment the golden command lines are made for: 8 ranks over 2 nodes
+GOLDEN_EXPERIMENT = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 8, "nodes": 2, "model": "mlp", "epochs": 1,
+                     "batch_size": 32, "learning_rate": 0.01}
+
+
+class _Resources(dict):  # type: ignore[type-arg]
+    """Resources as the plugin reads them: ``get`` and attribute access."""
+
+    def __getattr__(self, name: str) -> object:
+        return self[name]
+
+
+def _train_resources(dry_run_output: str) -> _Resources:
+    """The train job's evaluated resources, from the ``resources:`` line Snakemake prints in a dry run."""
+    block = dry_run_output.split("rule train:", 1)[1]
+    line = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
+    resources = _Resources()
+    for item in line.split("resources:", 1)[1].split(", "):
+        key, value = item.strip().split("=", 1)
+        resources[key] = int(value) if value.lstrip("-").isdigit() else value
+    return resources
+
+
+def train_command_lines(tree: Path, profile: str) -> str:
+    """The sbatch line the Slurm plugin builds for the train job under ``profile``, and hvdflow's srun line."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    from hvdflow.profile import load_profile
+    from hvdflow.slurm_launch import srun_argv
+
+    _edit(tree / "config" / "config.yaml", lambda c: c.update(experiments={"golden": GOLDEN_EXPERIMENT}))
+    proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run", "--forceall")
+    assert proc.returncode == 0, proc.stderr
+    resources = _train_resources(proc.stdout)
+    job = type("Job", (), {"resources": resources, "threads": 1, "name": "train"})()
+    account = f" -A {resources['slurm_account']}" if "slurm_account" in resources else ""
+    params = {"run_uuid": "RUN_UUID", "slurm_logfile": ".snakemake/slurm_logs/rule_train/golden/%j.log",
+              "comment_str": "rule_train_wildcards_golden", "account": account,
+              "partition": f" -p {resources['slurm_partition']}" if "slurm_partition" in resources else "",
+              "workdir": "WORKDIR"}
+    sbatch = get_submit_command(job, params) + set_gres_string(job)
+    os.environ.setdefault("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
+    cluster = load_profile(tree / "profiles" / profile / "hvdflow.yaml").slurm
+    assert cluster is not None
+    srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.rank_task", "TASK.json"])
+    return f"{' '.join(sbatch.split())}\n{' '.join(srun)}\n"
+
+
+@pytest.mark.parametrize("profile", SLURM_PROFILES)
+def test_train_command_lines_of_each_slurm_profile_are_golden(tree: Path, profile: str) -> None:
+    golden = GOLDEN / f"{profile}.train.txt"
+    got = train_command_lines(tree, profile)
+    if os.environ.get("HVDFLOW_UPDATE_GOLDEN") == "1":
+        golden.write_text(got)
+    assert got == golden.read_text(), f"regenerate with HVDFLOW_UPDATE_GOLDEN=1 if the change is intended:\n{got}"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: p["slurm"].update(scratch="/tmp"), "slurm: unknown key(s) scratch; valid keys:"),
+    (lambda p: p["slurm"].pop("gpus_per_node"), "slurm: missing required key(s) gpus_per_node"),
+    (lambda p: p.pop("slurm"), "scheduler slurm needs a slurm section"),
+    (lambda p: p["slurm"].update(gpus_per_node=-1), "gpus_per_node: must be 0 (no GPUs) or more"),
+])
+def test_bad_slurm_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    _edit(tree / "profiles" / "testbed" / "hvdflow.yaml", edit)
+    proc = snakemake(tree, "--profile", "profiles/testbed", "--dry-run")
+    assert proc.returncode != 0
+    assert "profiles/testbed/hvdflow.yaml" in proc.stdout + proc.stderr and message in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("profile, experiment, message", [
+    ("testbed", {"ranks": 10, "nodes": 2},
+     "experiments.demo: 10 ranks on 2 node(s) need 5 GPUs per node (one per rank), but profiles/testbed/hvdflow.yaml "
+     "declares gpus_per_node: 4"),
+    ("testbed", {"ranks": 2, "nodes": 3}, "experiments.demo: nodes (3) exceeds ranks (2)"),
+    ("local", {"ranks": 4, "nodes": 2}, "experiments.demo: nodes 2 needs a Slurm profile"),
+])
+def test_impossible_layouts_are_named_at_parse_time(tree: Path, profile: str, experiment: dict[str, int],
+                                                    message: str) -> None:
+    _edit(tree / "config" / "config.yaml", lambda c: c["experiments"]["demo"].update(experiment))
+    proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run")
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr, proc.stderr[-3000:]

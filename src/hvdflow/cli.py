@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -113,6 +114,22 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
         return proc.wait()
 
 
+def cmd_testbed(args: argparse.Namespace) -> int:
+    """Start, stop or show the test-bed Slurm cluster (root)."""
+    from . import testbed
+
+    layout = testbed.default_layout(args.base, args.nodes)
+    if args.action == "start":
+        started = time.monotonic()
+        testbed.start(layout)
+        print(f"test bed up: nodes {', '.join(layout.node_names)} in {time.monotonic() - started:.1f} s")
+    elif args.action == "stop":
+        testbed.stop(layout)
+    else:
+        print(json.dumps(testbed.status(layout), indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hvdflow`` command."""
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
@@ -145,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--out", type=Path, default=Path("results/smoke"))
     smoke.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
     smoke.set_defaults(func=cmd_smoke)
+
+    bed = sub.add_parser("testbed", help="a real Slurm cluster on this machine, nodes in namespaces (root)")
+    bed.add_argument("action", choices=("start", "stop", "status"))
+    bed.add_argument("--base", type=Path, default=None, help="its files (default: $HVDFLOW_TESTBED_DIR or "
+                     "/var/lib/hvdflow-testbed)")
+    bed.add_argument("--nodes", type=int, default=2, help="slurmd nodes, each in its own namespaces")
+    bed.set_defaults(func=cmd_testbed)
     return parser
 
 

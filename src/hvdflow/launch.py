@@ -169,7 +169,11 @@ def launch_mpi_local(
     per_rank_log = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1'
     argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
             "sh", "-c", per_rank_log, str(logs / "rank"), *inner]
-    launcher = start("mpirun", argv, logs / "mpirun.log", runtime.process_env())
+    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout)
+
+
+def supervise_mpirun(launcher: Supervised, logs: Path, timeout: float) -> None:
+    """Wait for ``mpirun``; on failure, LaunchError naming the rank mpirun reports and that rank's log in ``logs``."""
     try:
         supervise([launcher], timeout)
     except LaunchError as exc:

@@ -16,8 +16,10 @@ from typing import Optional
 
 from .errors import LaunchError
 from .launch import launch_gloo_local, launch_mpi_local, run_one
+from .profile import SlurmCluster
 from .rank_env import placements
 from .runtime import Runtime
+from .slurm_launch import launch_slurm
 
 LAUNCHERS = ("gloo", "mpi")
 STEP_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
@@ -48,10 +50,13 @@ class TrainSpec:
     momentum: float
     warmup_epochs: int
     seed: int
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
             raise LaunchError(f"ranks must be at least 1, got {self.ranks}")
+        if not 1 <= self.nodes <= self.ranks:
+            raise LaunchError(f"nodes must be between 1 and ranks ({self.ranks}), got {self.nodes}")
 
     def argv(self, dataset_dir: Path, out_dir: Path) -> list[str]:
         """The trainer's command line."""
@@ -73,13 +78,15 @@ def prepare_dataset(runtime: Runtime, spec: DatasetSpec, out_dir: Path, log: Pat
 
 
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
-          iface: str = "lo", fail: Optional[tuple[int, int]] = None) -> list[dict[str, object]]:
+          iface: str = "lo", fail: Optional[tuple[int, int, bool]] = None,
+          slurm: Optional[SlurmCluster] = None) -> list[dict[str, object]]:
     """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
 
-    Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``.
+    Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``. With ``slurm`` the ranks run
+    as tasks of the current Slurm job on ``spec.nodes`` nodes, reading a node-local copy of the dataset.
 
-    Raises LaunchError if a rank fails or the ranks end with different weights. ``fail`` = (rank, epoch) makes that
-    rank crash at the end of that epoch (for tests).
+    Raises LaunchError if a rank fails or the ranks end with different weights. ``fail`` = (rank, epoch, kill) makes
+    that rank crash at the end of that epoch, by SIGKILL if ``kill`` (for tests).
     """
     if launcher not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -89,11 +96,17 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     for stale in out_dir.glob("rank-*.json"):
         stale.unlink()
-    command = spec.argv(dataset_dir, out_dir)
-    if fail is not None:
-        command += ["--fail-rank", str(fail[0]), "--fail-epoch", str(fail[1])]
+    def command_for(data: Path) -> list[str]:
+        failing = [] if fail is None else ["--fail-rank", str(fail[0]), "--fail-epoch", str(fail[1])] + (
+            ["--fail-kill"] if fail[2] else [])
+        return spec.argv(data, out_dir) + failing
+
+    command = command_for(dataset_dir)
     try:
-        if launcher == "gloo":
+        if slurm is not None:
+            launch_slurm(runtime, launcher, slurm, spec.ranks, spec.nodes, command_for, dataset_dir, out_dir,
+                         logs_dir, STEP_TIMEOUT)
+        elif launcher == "gloo":
             ranks = placements([(socket.gethostname(), spec.ranks)])
             launch_gloo_local(runtime, ranks, command, logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT, iface)
         else:

@@ -20,11 +20,24 @@ from .yamlfile import check_keys, expect, load_mapping
 
 RUNTIMES = ("udocker", "native")
 LAUNCHERS = ("gloo", "mpi")
+SCHEDULERS = ("none", "slurm")
 _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
 _REQUIRED = ("registry", "runtime", "launcher")
-_OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir")
+_OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm")
+_SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
+_SLURM_OPTIONAL = ("srun_extra",)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The Slurm side of a cluster profile: node-local scratch, GPUs per node, network, extra srun flags."""
+
+    scratch_dir: Path
+    gpus_per_node: int
+    network_interface: str
+    srun_extra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,7 @@ class ClusterProfile:
     udocker_dir: Path
     network_interface: str
     native_venv_dir: Path
+    slurm: Optional[SlurmCluster] = None
 
 
 def _expand(where: str, value: Any) -> str:
@@ -67,6 +81,12 @@ def load_profile(path: Path) -> ClusterProfile:
         raise ConfigError(f"{where}: registry: {registry!r} must be http://HOST[:PORT] or https://HOST[:PORT]")
     execmode = data.get("execmode")
     home = Path.home()
+    scheduler = _choice(f"{where}: scheduler", _expand(f"{where}: scheduler", data.get("scheduler", "none")), SCHEDULERS)
+    interface = _expand(f"{where}: network_interface", data.get("network_interface", "auto" if scheduler == "slurm" else "lo"))
+    if scheduler == "slurm" and "slurm" not in data:
+        raise ConfigError(f"{where}: scheduler slurm needs a slurm section ({', '.join(_SLURM_REQUIRED)})")
+    if scheduler == "none" and "slurm" in data:
+        raise ConfigError(f"{where}: slurm: given but scheduler is none (set scheduler: slurm)")
     return ClusterProfile(
         path=path,
         registry=registry,
@@ -74,6 +94,19 @@ def load_profile(path: Path) -> ClusterProfile:
         launcher=_choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS),
         execmode=None if execmode is None else _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), EXECMODES),
         udocker_dir=Path(_expand(f"{where}: udocker_dir", data.get("udocker_dir", str(home / ".local/share/hvdflow/udocker")))),
-        network_interface=_expand(f"{where}: network_interface", data.get("network_interface", "lo")),
+        network_interface=interface,
         native_venv_dir=Path(_expand(f"{where}: native_venv_dir", data.get("native_venv_dir", str(home / ".cache/hvdflow/native")))),
+        slurm=_slurm(f"{where}: slurm", data["slurm"], interface) if scheduler == "slurm" else None,
     )
+
+
+def _slurm(where: str, data: Any, interface: str) -> SlurmCluster:
+    expect(where, data, dict)
+    check_keys(where, data, _SLURM_REQUIRED, _SLURM_OPTIONAL)
+    gpus = expect(f"{where}.gpus_per_node", data["gpus_per_node"], int)
+    if gpus < 0:
+        raise ConfigError(f"{where}.gpus_per_node: must be 0 (no GPUs) or more, got {gpus}")
+    extra = expect(f"{where}.srun_extra", data.get("srun_extra", []), list)
+    return SlurmCluster(scratch_dir=Path(_expand(f"{where}.scratch_dir", data["scratch_dir"])), gpus_per_node=gpus,
+                        network_interface=interface,
+                        srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra))

@@ -27,7 +27,7 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
     (out_dir / "summary.json").unlink(missing_ok=True)
     dataset = out_dir / "dataset"
     prepare_dataset(runtime, DIGITS, dataset, out_dir / "logs" / "prepare.log")
-    fail = (fail_rank, 1) if fail_rank >= 0 else None
+    fail = (fail_rank, 1, False) if fail_rank >= 0 else None
     results = train(runtime, launcher, smoke_spec(ranks, epochs), dataset, out_dir / "train", out_dir / "logs" / "train",
                     fail=fail)
     metrics = json.loads((out_dir / "train" / "metrics.json").read_text())

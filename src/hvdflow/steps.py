@@ -90,13 +90,28 @@ def _files_sha256(paths: list[Path]) -> dict[str, str]:
     return {str(p): sha256_file(p) for p in sorted(paths) if p.is_file()}
 
 
-def injected_failure() -> tuple[int, int] | None:
-    """Fault injection for tests: ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH`` makes that rank exit after that epoch."""
+def injected_failure() -> tuple[int, int, bool] | None:
+    """Fault injection for tests: ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[:kill]`` makes that rank exit with status 3
+    (or die of SIGKILL) after that epoch."""
     value = os.environ.get("HVDFLOW_INJECT_RANK_FAILURE")
     if not value:
         return None
-    rank, epoch = value.split(":")
-    return int(rank), int(epoch)
+    rank, epoch, *how = value.split(":")
+    return int(rank), int(epoch), how == ["kill"]
+
+
+def slurm_record(logs_dir: Path) -> dict[str, Any]:
+    """The Slurm job a training ran in: job id, nodes, tasks per node, and what staging copied on each node."""
+    reports = [json.loads(p.read_text()) for p in sorted((logs_dir / "staging").glob("task-*.json"))]
+    first = next(r for r in reports if r["SLURM_PROCID"] == "0")
+    return {
+        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
+        "nodelist": first["SLURM_STEP_NODELIST"],
+        "tasks_per_node": first["SLURM_STEP_TASKS_PER_NODE"],
+        "staging": {r["hostname"]: {"bytes": r["bytes_copied"], "seconds": r["seconds"]}
+                    for r in reports if r["bytes_copied"] is not None},
+    }
 
 
 def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
@@ -105,11 +120,12 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
     with logged(log):
         started = time.time()
         train_spec = TrainSpec(**{k: spec[k] for k in ("ranks", "model", "hidden_units", "epochs", "batch_size",
-                                                        "learning_rate", "momentum", "warmup_epochs", "seed")})
+                                                        "learning_rate", "momentum", "warmup_epochs", "seed",
+                                                        "nodes")})
         out_dir = record_out.parent.resolve()
         results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher, train_spec,
                         index.parent.resolve(), out_dir, logs_dir=log.resolve().with_suffix(""),
-                        iface=profile.network_interface, fail=injected_failure())
+                        iface=profile.network_interface, fail=injected_failure(), slurm=profile.slurm)
         ended = time.time()
         image = json.loads(image_record.read_text())
         dataset_index = json.loads(index.read_text())
@@ -132,6 +148,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
             "ranks": [{k: r[k] for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
                                          "controller", "weights_sha256")} for r in results],
             "hosts": sorted({str(r["hostname"]) for r in results}),
+            "slurm": slurm_record(log.resolve().with_suffix("")) if profile.slurm else None,
             "weights_sha256": results[0]["weights_sha256"],
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
             "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ended)),

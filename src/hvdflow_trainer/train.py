@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -53,10 +54,10 @@ def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: i
 
 
 class EpochFailure:
-    """Test hook: make one rank exit with status 3 at the end of a given epoch (a rank crashing mid-training)."""
+    """Test hook: make one rank exit with status 3, or die of SIGKILL, at the end of a given epoch."""
 
-    def __init__(self, rank: int, epoch: int) -> None:
-        self.rank, self.epoch = rank, epoch
+    def __init__(self, rank: int, epoch: int, kill: bool = False) -> None:
+        self.rank, self.epoch, self.kill = rank, epoch, kill
 
     def callback(self, my_rank: int):  # type: ignore[no-untyped-def]
         """A Keras callback that exits this process when it is the failing rank and epoch."""
@@ -67,7 +68,10 @@ class EpochFailure:
         class _Fail(tf.keras.callbacks.Callback):
             def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
                 if my_rank == failure.rank and epoch + 1 == failure.epoch:
-                    print("rank %d: failing on purpose after epoch %d" % (my_rank, epoch + 1), flush=True)
+                    how = "killing itself (SIGKILL)" if failure.kill else "exiting with status 3"
+                    print("rank %d: %s on purpose after epoch %d" % (my_rank, how, epoch + 1), flush=True)
+                    if failure.kill:
+                        os.kill(os.getpid(), signal.SIGKILL)
                     os._exit(3)
 
         return _Fail()
@@ -142,7 +146,7 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         timer.callback(),
     ]
     if args.fail_rank >= 0:
-        callbacks.append(EpochFailure(args.fail_rank, args.fail_epoch).callback(hvd.rank()))
+        callbacks.append(EpochFailure(args.fail_rank, args.fail_epoch, args.fail_kill).callback(hvd.rank()))
     if hvd.rank() == 0:
         os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
         callbacks += [
@@ -192,6 +196,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra- and inter-op threads per rank")
     parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--fail-epoch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-kill", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     result = train(args)

@@ -10,6 +10,11 @@ from hvdflow import steps  # noqa: E402
 from hvdflow.catalog import load_catalog  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.profile import load_profile  # noqa: E402
+from hvdflow.slurm_layout import (  # noqa: E402
+    check_layout,
+    gres,
+    job_task_resources,
+)
 
 validate(config, "../schemas/config.schema.yaml", set_default=True)
 
@@ -29,6 +34,17 @@ for _name, _experiment in config["experiments"].items():
             f"experiments.{_name}.dataset: {_experiment['dataset']!r} is not a key of datasets "
             f"({', '.join(sorted(config['datasets']))})"
         )
+for _name, _experiment in config["experiments"].items():
+    try:
+        check_layout(
+            f"experiments.{_name}",
+            _experiment["ranks"],
+            _experiment["nodes"],
+            PROFILE.slurm,
+            PROFILE.path,
+        )
+    except HvdflowError as exc:
+        raise WorkflowError(str(exc)) from None
 for _section in ("experiments", "datasets"):
     for _name, _entry in config[_section].items():
         if _entry["image"] not in CATALOG:
@@ -47,6 +63,18 @@ wildcard_constraints:
 def experiment(wildcards):
     """The config entry of the experiment a job belongs to."""
     return config["experiments"][wildcards.experiment]
+
+
+def train_tasks(wildcards):
+    """The task resources of a training job (see hvdflow.slurm_layout.job_task_resources)."""
+    entry = experiment(wildcards)
+    return job_task_resources(entry["ranks"], entry["nodes"])
+
+
+def train_gres(wildcards):
+    """The GPUs a training job asks for on each node (``gpu:N``), or none on a cluster without GPUs."""
+    entry = experiment(wildcards)
+    return gres(entry["ranks"], entry["nodes"], PROFILE.slurm)
 
 
 def get_image_record(image):

@@ -11,6 +11,14 @@ rule train:
         "logs/train/{experiment}.log",
     benchmark:
         "benchmarks/train/{experiment}.tsv"
+    resources:
+        # one Slurm job over the experiment's nodes, one task per rank; the rule's body starts the job steps
+        nodes=lambda wildcards: experiment(wildcards)["nodes"],
+        tasks=lambda wildcards: train_tasks(wildcards)["tasks"],
+        tasks_per_node=lambda wildcards: train_tasks(wildcards)["tasks_per_node"],
+        tasks_per_gpu=lambda wildcards: train_tasks(wildcards)["tasks_per_gpu"],
+        mpi=lambda wildcards: train_tasks(wildcards)["mpi"],
+        gres=train_gres,
     params:
         spec=experiment,
         launcher=PROFILE.launcher,

@@ -1,0 +1,165 @@
+"""Horovod ranks across the nodes of one Slurm job, started from the job's batch script (the train rule's body).
+
+The Snakemake Slurm plugin submits the train rule as an MPI-style job (resources ``nodes``, ``tasks``, ``mpi``,
+``gres``) and runs its body in the batch script on the first node. From there, in order:
+
+1. a staging step with the training layout: the first task of each node copies the prepared shards to the node's
+   scratch and verifies them, the node's other tasks wait (:mod:`hvdflow.staging`);
+2. Gloo: the rendezvous server starts here and its address goes to ``rendezvous.json`` in the run's log directory;
+   the training step ``srun ... python -m hvdflow.rank_task`` starts one rank per task (:mod:`hvdflow.rank_task`).
+   MPI: the host's ``mpirun`` starts the ranks through Slurm (its ``plm/slurm`` runs ``orted`` with srun); the
+   allocation variables the plugin's job step removes are restored from what the staging step saw;
+3. a clean-up step removes the staged copy on every node, also after a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .atomic import write_json_atomic
+from .errors import LaunchError
+from .launch import log_tail, start, stop, supervise, supervise_mpirun, wait_for_rendezvous
+from .netaddr import rendezvous_address
+from .profile import SlurmCluster
+from .slurm_layout import even_tasks_per_node, gpus_per_node_needed
+from .runtime import Runtime, UdockerRuntime
+
+CommandFor = Callable[[Path], list[str]]
+"""The trainer's command line, given the dataset directory the ranks read (the staged copy)."""
+RENDEZVOUS_TIMEOUT = 300.0
+CLEANUP_TIMEOUT = 300.0
+
+
+def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str]) -> list[str]:
+    """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout."""
+    argv = ["srun", f"--nodes={nodes}", f"--ntasks={ranks}"]
+    if even_tasks_per_node(ranks, nodes):
+        argv.append(f"--ntasks-per-node={even_tasks_per_node(ranks, nodes)}")
+    argv += ["--kill-on-bad-exit=1", "--cpu-bind=none", "--overlap"]
+    gpus = gpus_per_node_needed(ranks, nodes, cluster)
+    if gpus:
+        argv.append(f"--gres=gpu:{gpus}")
+    return argv + list(cluster.srun_extra) + list(program)
+
+
+def _python(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def _job_id() -> str:
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        raise LaunchError("the profile runs training through Slurm but this is not inside a Slurm job "
+                          "(no $SLURM_JOB_ID): run with --profile profiles/<slurm cluster>, not a local profile")
+    return job
+
+
+_SRUN_FAILED = re.compile(r"srun: error: (\S+): tasks? ([\d\-,]+): (Exited with exit code \d+|Killed|Terminated)")
+
+
+def srun_failed_task(srun_log: Path) -> Optional[tuple[int, str, str]]:
+    """The first task srun reports as failed: (task, node, how), from srun's own output."""
+    try:
+        match = _SRUN_FAILED.search(srun_log.read_text(errors="replace"))
+    except OSError:
+        return None
+    if not match:
+        return None
+    return int(re.split(r"[-,]", match.group(2))[0]), match.group(1), match.group(3)
+
+
+def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: float, logs: Path) -> None:
+    """Run one job step to completion; LaunchError naming the failed rank and its log when srun reports one."""
+    step = start(label, argv, log, env)
+    try:
+        supervise([step], timeout)
+    except LaunchError as exc:
+        failed = srun_failed_task(log)
+        if failed is None:
+            raise
+        task, node, how = failed
+        rank_log = logs / f"rank-{task}.log"
+        detail = log_tail(rank_log, 8) if rank_log.exists() else log_tail(log, 8)
+        where = rank_log if rank_log.exists() else log
+        raise LaunchError(f"{label}: rank {task} on {node} failed ({how}); the job step was stopped. Log: {where}\n"
+                          f"{detail}\n{exc}") from None
+
+
+def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str, str]:
+    """The allocation variables Open MPI's Slurm support reads, as the staging step's first task saw them."""
+    seen = json.loads((reports / "task-0.json").read_text())
+    return {
+        "SLURM_JOB_ID": job, "SLURM_JOBID": job,
+        "SLURM_JOB_NODELIST": seen["SLURM_STEP_NODELIST"], "SLURM_NODELIST": seen["SLURM_STEP_NODELIST"],
+        "SLURM_TASKS_PER_NODE": seen["SLURM_STEP_TASKS_PER_NODE"],
+        "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
+        "SLURM_NTASKS": str(ranks), "SLURM_NPROCS": str(ranks),
+    }
+
+
+def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, ranks: int, nodes: int,
+                 command_for: CommandFor, dataset_dir: Path, out_dir: Path, logs: Path, timeout: float) -> Path:
+    """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read."""
+    job = _job_id()
+    logs.mkdir(parents=True, exist_ok=True)
+    staged = cluster.scratch_dir / f"hvdflow-job-{job}" / "dataset"
+    reports = logs / "staging"
+    reports.mkdir(exist_ok=True)
+    env = runtime.process_env()
+    gpus = gpus_per_node_needed(ranks, nodes, cluster)
+    try:
+        _run_step("staging", srun_argv(cluster, ranks, nodes, _python("hvdflow.staging", "stage", str(dataset_dir),
+                                                                      str(staged), str(reports))),
+                  logs / "staging.log", env, timeout, logs)
+        command = command_for(staged)
+        inner = runtime.command(command, {}, [logs, out_dir, staged.parent], hostenv=True)
+        task = {"argv": inner, "logs": str(logs), "launcher": launcher, "network_interface": cluster.network_interface,
+                "rendezvous": str(logs / "rendezvous.json"),
+                "nvidia": ({"udocker_dir": str(runtime.udocker.udocker_dir), "container": runtime.container}
+                           if gpus and isinstance(runtime, UdockerRuntime) else None)}
+        write_json_atomic(logs / "task.json", task)
+        rank_program = _python("hvdflow.rank_task", str(logs / "task.json"))
+        if launcher == "gloo":
+            _train_gloo(runtime, cluster, ranks, nodes, rank_program, logs, env, timeout)
+        else:
+            mpi_env = {**env, **_allocation_env(reports, job, ranks, nodes)}
+            if gpus:
+                mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
+            _train_mpi(ranks, rank_program, logs, mpi_env, timeout)
+    finally:
+        clean = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--overlap",
+                 *_python("hvdflow.staging", "clean", str(staged.parent))]
+        cleanup = start("scratch clean-up", clean, logs / "cleanup.log", env)
+        try:
+            supervise([cleanup], CLEANUP_TIMEOUT)
+        except LaunchError as exc:
+            print(f"hvdflow: warning: {exc}", file=sys.stderr)
+    return staged
+
+
+def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks: int, nodes: int, rank_program: list[str], logs: Path,
+                env: dict[str, str], timeout: float) -> None:
+    port_file = logs / "rendezvous.port"
+    port_file.unlink(missing_ok=True)
+    server_argv = runtime.command(["python3", "-m", "hvdflow_trainer.rendezvous", "--port-file", str(port_file)], {},
+                                  [logs])
+    server = start("rendezvous server", server_argv, logs / "rendezvous.log", env)
+    try:
+        port = wait_for_rendezvous(server, port_file, RENDEZVOUS_TIMEOUT)
+        write_json_atomic(logs / "rendezvous.json", {"addr": rendezvous_address(cluster.network_interface),
+                                                     "port": port, "host": os.uname().nodename})
+        _run_step("training", srun_argv(cluster, ranks, nodes, rank_program), logs / "srun.log", env, timeout, logs)
+    finally:
+        stop([server])
+
+
+def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: float) -> None:
+    argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--mca", "plm", "slurm", "--mca", "ras", "slurm",
+            "--mca", "btl", "self,tcp", *rank_program]
+    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout)
+

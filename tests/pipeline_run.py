@@ -1,0 +1,41 @@
+"""A user-owned copy of the workflow tree where the ordinary user runs Snakemake (shared by the end-to-end tests)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+from conftest import REPO, HpcUser, Registry, _chown_tree
+
+TREE = ("src", "containers", "workflow", "config", "profiles")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class Pipeline:
+    """A user-owned copy of the tree where the user runs Snakemake."""
+
+    def __init__(self, user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+        self.user, self.registry, self.udocker_dir = user, registry, udocker_dir
+        self.root = user.home / "hvdflow-tests" / f"pipeline-{uuid.uuid4().hex[:8]}"
+        self.root.mkdir(parents=True)
+        for part in TREE:
+            shutil.copytree(user.workspace / part, self.root / part)
+        if (REPO / ".git").is_dir():
+            shutil.copytree(REPO / ".git", self.root / ".git")  # so the run record names the commit
+        _chown_tree(self.root, user.uid, user.gid)
+
+    def snakemake(self, *args: str, profile: str = "local", extra_env: dict[str, str] = {}) -> subprocess.CompletedProcess[str]:
+        """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree; capture its output."""
+        env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
+        proc = subprocess.run(["runuser", "-u", self.user.name, "--", "env", "-i",
+                               *[f"{k}={v}" for k, v in self.user.env(env).items()],
+                               str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args],
+                              cwd=self.root, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+        return proc
+
+    def json(self, rel: str) -> dict:  # type: ignore[type-arg]
+        """A JSON file of the tree."""
+        return json.loads((self.root / rel).read_text())

@@ -1,0 +1,157 @@
+"""The pipeline on a real Slurm cluster (the test bed: slurmctld, slurmdbd + MariaDB, two slurmd nodes in network
+namespaces with four fake GPUs each), submitted by the ordinary user through snakemake-executor-plugin-slurm.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from conftest import HpcUser, Registry
+from hvdflow import testbed
+from pipeline_run import Pipeline
+
+pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
+
+# the experiment of the cluster runs: 4 ranks, 3 epochs, the demo's other hyperparameters
+CLUSTER_EXPERIMENT = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 4, "nodes": 2, "model": "mlp",
+                      "hidden_units": 64, "epochs": 3, "batch_size": 32, "learning_rate": 0.01, "momentum": 0.9,
+                      "warmup_epochs": 1, "seed": 1234}
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    """The test bed, started for the session (and stopped after it, unless it was already running)."""
+    layout = testbed.default_layout()
+    was_running = any(testbed.status(layout).values())
+    testbed.start(layout)
+    yield layout
+    if not was_running:
+        testbed.stop(layout)
+
+
+def experiment_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, **changes: Any) -> Pipeline:
+    """A tree whose config trains only the cluster experiment (``changes`` applied to it)."""
+    pipeline = Pipeline(user, registry, udocker_dir)
+    config_file = pipeline.root / "config" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    config["experiments"] = {"cluster": {**CLUSTER_EXPERIMENT, **changes}}
+    config_file.write_text(yaml.safe_dump(config))
+    return pipeline
+
+
+def node_scratch_leftovers(layout: Any) -> list[Path]:
+    """Staged copies left in any node's scratch."""
+    return [p for node in layout.node_names for p in layout.node_scratch(node).glob("hvdflow-job-*")]
+
+
+@pytest.fixture(scope="module")
+def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Callable[[str], Pipeline]:
+    """The cluster experiment with 4 ranks on this machine (local profile, one node), per launcher, run once each."""
+    runs: dict[str, Pipeline] = {}
+
+    def run(launcher: str) -> Pipeline:
+        if launcher not in runs:
+            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, nodes=1)
+            proc = pipeline.snakemake("results/cluster/run.json", extra_env={"HVDFLOW_LAUNCHER": launcher})
+            assert proc.returncode == 0, proc.stderr[-5000:]
+            runs[launcher] = pipeline
+        return runs[launcher]
+
+    return run
+
+
+@pytest.fixture(scope="module", params=["gloo", "mpi"])
+def cluster_run(request: pytest.FixtureRequest, cluster: Any, hpc_user: HpcUser, registry: Registry,
+                udocker_dir: Path) -> tuple[str, Pipeline, subprocess.CompletedProcess[str]]:
+    """The cluster experiment, 2 nodes x 2 ranks, through Slurm with each launcher."""
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake("--verbose", profile="testbed", extra_env={"HVDFLOW_LAUNCHER": request.param})
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    return request.param, pipeline, proc
+
+
+def test_the_test_bed_is_a_real_cluster_with_accounting_and_gpus(cluster: Any, hpc_user: HpcUser) -> None:
+    proc = hpc_user.run(["srun", "--nodes=2", "--ntasks=3", "--gres=gpu:2", "sh", "-c",
+                         "echo $SLURM_PROCID $(hostname) $CUDA_VISIBLE_DEVICES"], check=True)
+    assert sorted(proc.stdout.split("\n")[:3]) == ["0 n1 0,1", "1 n1 0,1", "2 n2 0,1"]
+    job = hpc_user.run(["sbatch", "--parsable", "--wait", "--wrap", "hostname"], check=True).stdout.strip()
+    accounted = hpc_user.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,NodeList"], check=True)
+    assert accounted.stdout.strip() == "COMPLETED|n1"
+
+
+def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
+        cluster_run: tuple[str, Pipeline, subprocess.CompletedProcess[str]], local_runs: Callable[[str], Pipeline],
+        cluster: Any) -> None:
+    launcher, pipeline, proc = cluster_run
+    record = pipeline.json("results/cluster/run.json")
+    assert record["launcher"] == launcher and record["hosts"] == ["n1", "n2"]
+    assert [(r["rank"], r["hostname"], r["local_rank"]) for r in record["ranks"]] == \
+        [(0, "n1", 0), (1, "n1", 1), (2, "n2", 0), (3, "n2", 1)]
+    assert {r["controller"] for r in record["ranks"]} == {launcher}
+    for host in ("n1", "n2"):
+        gpus = [r["cuda_visible_devices"] for r in record["ranks"] if r["hostname"] == host]
+        assert all(g is not None and "," not in g for g in gpus) and len(set(gpus)) == 2, gpus
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    # the same reduction order as 4 ranks on one machine with the same launcher (Gloo's ring and Open MPI's
+    # allreduce sum in different orders, so the two launchers differ from each other at 4 ranks)
+    local = local_runs(launcher).json("results/cluster/run.json")
+    assert record["weights_sha256"] == local["weights_sha256"] and local["launcher"] == launcher
+    slurm = record["slurm"]
+    assert slurm["job_id"] and slurm["nodelist"] == "n[1-2]" and slurm["tasks_per_node"] == "2(x2)"
+    assert sorted(slurm["staging"]) == ["n1", "n2"] and all(s["bytes"] > 0 for s in slurm["staging"].values())
+    assert not node_scratch_leftovers(cluster)
+    output = proc.stdout + proc.stderr
+    assert "sbatch call: sbatch" in output and "--nodes=2 --ntasks-per-node=2" in output and "--gres=gpu:2" in output
+    evaluation = pipeline.json("results/cluster/evaluation.json")
+    assert evaluation["accuracy"] > 0.8
+
+
+def test_uneven_tasks_per_node(cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, ranks=3, epochs=1)
+    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    assert [(r["rank"], r["hostname"], r["local_rank"], r["cross_rank"]) for r in record["ranks"]] == \
+        [(0, "n1", 0, 0), (1, "n1", 1, 0), (2, "n2", 0, 1)]
+    assert record["slurm"]["tasks_per_node"] == "2,1"
+
+
+def test_a_rank_killed_on_one_node_fails_the_job_and_names_its_log(cluster: Any, hpc_user: HpcUser,
+                                                                    registry: Registry, udocker_dir: Path) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed",
+                              extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "3:1:kill"})
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "rank 3 on n2 failed" in output and "logs/train/cluster/rank-3.log" in output, output[-6000:]
+    for name in ("run.json", "model.keras", "metrics.json"):
+        assert not (pipeline.root / "results" / "cluster" / name).exists()
+    assert not node_scratch_leftovers(cluster)
+
+
+def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,
+                                                             udocker_dir: Path) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake("results/cluster/run.json", "--set-resources", "train:slurm_partition=gpu-nope",
+                              profile="testbed")
+    assert proc.returncode != 0
+    assert "invalid partition specified: gpu-nope" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_scratch_that_is_not_writable_is_named(cluster: Any, hpc_user: HpcUser, registry: Registry,
+                                               udocker_dir: Path) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    profile = pipeline.root / "profiles" / "testbed" / "hvdflow.yaml"
+    profile.write_text(profile.read_text().replace("scratch_dir: /var/lib/hvdflow-testbed/scratch",
+                                                   "scratch_dir: /var/lib/hvdflow-testbed/etc"))
+    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "node-local scratch /var/lib/hvdflow-testbed/etc/hvdflow-job-" in output and "is not writable" in output, \
+        output[-6000:]
+    assert not (pipeline.root / "results" / "cluster" / "run.json").exists()

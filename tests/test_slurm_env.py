@@ -1,0 +1,68 @@
+"""Slurm's task variables mapped to Horovod's placement and to one GPU per local rank; failed-task parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hvdflow.errors import LaunchError
+from hvdflow.rank_env import placements
+from hvdflow.slurm_env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
+from hvdflow.slurm_launch import srun_failed_task
+
+
+@pytest.mark.parametrize("value, counts", [("2", [2]), ("2(x2)", [2, 2]), ("2(x2),1", [2, 2, 1]),
+                                           ("3,1(x2)", [3, 1, 1])])
+def test_tasks_per_node_are_expanded(value: str, counts: list[int]) -> None:
+    assert expand_tasks_per_node(value) == counts
+
+
+def test_unreadable_tasks_per_node_is_named() -> None:
+    with pytest.raises(LaunchError, match=r"cannot read Slurm's tasks per node '2\(y2\)'"):
+        expand_tasks_per_node("2(y2)")
+
+
+def _task(procid: int, nodeid: int, localid: int, per_node: str) -> dict[str, str]:
+    return {"SLURM_PROCID": str(procid), "SLURM_NODEID": str(nodeid), "SLURM_LOCALID": str(localid),
+            "SLURM_STEP_TASKS_PER_NODE": per_node, "SLURMD_NODENAME": f"n{nodeid + 1}"}
+
+
+def test_uneven_block_layout_matches_horovods_own_placement() -> None:
+    # srun --nodes=2 --ntasks=3: tasks 0,1 on n1 and task 2 on n2
+    tasks = [_task(0, 0, 0, "2,1"), _task(1, 0, 1, "2,1"), _task(2, 1, 0, "2,1")]
+    assert [slurm_placement(t) for t in tasks] == placements([("n1", 2), ("n2", 1)])
+
+
+def test_cyclic_layout_keeps_slurms_ranks() -> None:
+    # srun --distribution=cyclic over 2 nodes x 2: ranks 0,2 on n1 and 1,3 on n2
+    got = slurm_placement(_task(1, 1, 0, "2(x2)"))
+    assert (got.rank, got.size, got.local_rank, got.local_size, got.cross_rank, got.cross_size, got.hostname) == \
+        (1, 4, 0, 2, 1, 2, "n2")
+
+
+def test_outside_a_job_step_is_named() -> None:
+    with pytest.raises(LaunchError, match=r"\$SLURM_NODEID is not set"):
+        slurm_placement({"SLURM_STEP_TASKS_PER_NODE": "2"})
+
+
+@pytest.mark.parametrize("visible, local_rank, gpu", [("0,1", 0, "0"), ("0,1", 1, "1"), ("2,3", 1, "3"),
+                                                      (None, 0, None), ("", 3, None)])
+def test_one_gpu_per_local_rank(visible: str | None, local_rank: int, gpu: str | None) -> None:
+    assert gpu_for_local_rank(visible, local_rank, "n1") == gpu
+
+
+def test_more_local_ranks_than_gpus_is_an_error() -> None:
+    with pytest.raises(LaunchError, match="local rank 2 on n1 has no GPU of its own: the step holds 2 GPUs"):
+        gpu_for_local_rank("0,1", 2, "n1")
+
+
+@pytest.mark.parametrize("text, failed", [
+    ("srun: error: n2: task 3: Exited with exit code 3\n", (3, "n2", "Exited with exit code 3")),
+    ("srun: error: n1: tasks 0-1: Killed\n", (0, "n1", "Killed")),
+    ("srun: Job step aborted\n", None),
+])
+def test_failed_task_is_read_from_srun(tmp_path: Path, text: str, failed: tuple[int, str, str] | None) -> None:
+    log = tmp_path / "srun.log"
+    log.write_text(text)
+    assert srun_failed_task(log) == failed
