@@ -81,7 +81,8 @@ def test_the_test_bed_is_a_real_cluster_with_accounting_and_gpus(cluster: Any, h
     assert sorted(proc.stdout.split("\n")[:3]) == ["0 n1 0,1", "1 n1 0,1", "2 n2 0,1"]
     job = hpc_user.run(["sbatch", "--parsable", "--wait", "--wrap", "hostname"], check=True).stdout.strip()
     accounted = hpc_user.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "State,NodeList"], check=True)
-    assert accounted.stdout.strip() == "COMPLETED|n1"
+    state, node = accounted.stdout.strip().split("|")
+    assert state == "COMPLETED" and node in cluster.node_names
 
 
 def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
@@ -105,6 +106,11 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     assert slurm["job_id"] and slurm["nodelist"] == "n[1-2]" and slurm["tasks_per_node"] == "2(x2)"
     assert sorted(slurm["staging"]) == ["n1", "n2"] and all(s["bytes"] > 0 for s in slurm["staging"].values())
     assert not node_scratch_leftovers(cluster)
+    logs = pipeline.root / "logs" / "train" / "cluster"
+    assert "no NVIDIA driver on n2: udocker setup --nvidia skipped" in (logs / "rank-3.log").read_text()
+    if launcher == "gloo":  # the rendezvous server ran on the first node and the ranks found it there
+        assert pipeline.json("logs/train/cluster/rendezvous.json")["addr"] == cluster.node_addr("n1")
+        assert f"Gloo rendezvous {cluster.node_addr('n1')}:" in (logs / "rank-3.log").read_text()
     output = proc.stdout + proc.stderr
     assert "sbatch call: sbatch" in output and "--nodes=2 --ntasks-per-node=2" in output and "--gres=gpu:2" in output
     evaluation = pipeline.json("results/cluster/evaluation.json")
@@ -155,3 +161,28 @@ def test_scratch_that_is_not_writable_is_named(cluster: Any, hpc_user: HpcUser, 
     assert "node-local scratch /var/lib/hvdflow-testbed/etc/hvdflow-job-" in output and "is not writable" in output, \
         output[-6000:]
     assert not (pipeline.root / "results" / "cluster" / "run.json").exists()
+
+
+def test_stop_removes_only_what_start_made_and_start_is_idempotent(cluster: Any) -> None:
+    def ip(*args: str) -> str:
+        return subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
+
+    conf = testbed.ETC_SLURM / "slurm.conf"
+    subprocess.run(["ip", "link", "add", "hvdtb-foreign", "type", "dummy"], check=True)
+    try:
+        testbed.stop(cluster)
+        assert not any(testbed.status(cluster).values())
+        assert "hvdtb0" not in ip("link") and "hvdtb-n1" not in ip("netns")
+        assert "hvdtb-foreign" in ip("link")  # not the test bed's: left alone
+        assert not conf.exists()
+        conf.write_text("# a site's own slurm.conf\n")
+        testbed.start(cluster)
+        testbed.start(cluster)  # idempotent: everything already runs
+        assert all(testbed.status(cluster).values()) and testbed.nodes_idle(cluster)
+        assert (testbed.ETC_SLURM / "slurm.conf.before-hvdflow-testbed").read_text() == "# a site's own slurm.conf\n"
+        testbed.stop(cluster)
+        assert conf.read_text() == "# a site's own slurm.conf\n" and not conf.is_symlink()
+    finally:
+        subprocess.run(["ip", "link", "del", "hvdtb-foreign"], check=False)
+        conf.unlink(missing_ok=True)
+        testbed.start(cluster)

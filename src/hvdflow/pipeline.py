@@ -51,6 +51,7 @@ class TrainSpec:
     warmup_epochs: int
     seed: int
     nodes: int = 1
+    deterministic_allreduce: bool = True
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -63,7 +64,8 @@ class TrainSpec:
         return ["python3", "-m", "hvdflow_trainer.train", "--dataset", str(dataset_dir), "--out", str(out_dir),
                 "--model", self.model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
                 "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
-                "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed)]
+                "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed)] + (
+                    ["--deterministic-allreduce"] if self.deterministic_allreduce else [])
 
 
 def prepare_dataset(runtime: Runtime, spec: DatasetSpec, out_dir: Path, log: Path) -> dict[str, object]:

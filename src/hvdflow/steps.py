@@ -121,7 +121,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         started = time.time()
         train_spec = TrainSpec(**{k: spec[k] for k in ("ranks", "model", "hidden_units", "epochs", "batch_size",
                                                         "learning_rate", "momentum", "warmup_epochs", "seed",
-                                                        "nodes")})
+                                                        "nodes", "deterministic_allreduce")})
         out_dir = record_out.parent.resolve()
         results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher, train_spec,
                         index.parent.resolve(), out_dir, logs_dir=log.resolve().with_suffix(""),
@@ -146,7 +146,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                          "python_in_runtime": results[0]["python"], "python_host": platform.python_version(),
                          "hvdflow": __version__},
             "ranks": [{k: r[k] for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
-                                         "controller", "weights_sha256")} for r in results],
+                                         "controller", "weights_sha256", "first_step_unix")} for r in results],
             "hosts": sorted({str(r["hostname"]) for r in results}),
             "slurm": slurm_record(log.resolve().with_suffix("")) if profile.slurm else None,
             "weights_sha256": results[0]["weights_sha256"],

@@ -78,10 +78,11 @@ class EpochFailure:
 
 
 class EpochTimer:
-    """Wall time of every epoch, measured on each rank."""
+    """Wall time of every epoch, and when the first training step began, measured on each rank."""
 
     def __init__(self) -> None:
         self.seconds: List[float] = []
+        self.first_step_unix: Optional[float] = None
 
     def callback(self):  # type: ignore[no-untyped-def]
         """The Keras callback that records the times."""
@@ -92,6 +93,10 @@ class EpochTimer:
         class _Timer(tf.keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):  # type: ignore[no-untyped-def]
                 self.start = time.perf_counter()
+
+            def on_train_batch_begin(self, batch, logs=None):  # type: ignore[no-untyped-def]
+                if timer.first_step_unix is None:
+                    timer.first_step_unix = time.time()
 
             def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
                 timer.seconds.append(time.perf_counter() - self.start)
@@ -107,6 +112,11 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
 
     from .models import build_model
 
+    if args.deterministic_allreduce:
+        # Tensor fusion packs whichever gradients are ready in one cycle into one buffer, and the ring (Gloo) or the
+        # size-dependent algorithm (MPI) then sums each element in an order that depends on its place in the buffer:
+        # with 3 or more ranks the weights would change from run to run. One allreduce per tensor fixes the order.
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
@@ -165,6 +175,7 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "weights_sha256": weights_sha256(model.get_weights()),
         "epoch_seconds": timer.seconds,
+        "first_step_unix": timer.first_step_unix,
         "train_records_per_rank": train_per_rank,
         "tensorflow": tf.__version__, "horovod": horovod.__version__,
         "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
@@ -193,6 +204,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--warmup-epochs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--deterministic-allreduce", action="store_true",
+                        help="allreduce each tensor on its own (no tensor fusion): reproducible sums with 3+ ranks")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra- and inter-op threads per rank")
     parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--fail-epoch", type=int, default=1, help=argparse.SUPPRESS)
