@@ -168,7 +168,7 @@ def test_stop_removes_only_what_start_made_and_start_is_idempotent(cluster: Any)
         return subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
 
     conf = testbed.ETC_SLURM / "slurm.conf"
-    subprocess.run(["ip", "link", "add", "hvdtb-foreign", "type", "dummy"], check=True)
+    subprocess.run(["ip", "link", "add", "hvdtb-foreign", "type", "bridge"], check=True)
     try:
         testbed.stop(cluster)
         assert not any(testbed.status(cluster).values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from hvdflow.errors import LaunchError
 from hvdflow.rank_env import placements
 from hvdflow.slurm_env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
-from hvdflow.slurm_launch import srun_failed_task
+from hvdflow.slurm_launch import first_failed_rank, srun_failed_task
 
 
 @pytest.mark.parametrize("value, counts", [("2", [2]), ("2(x2)", [2, 2]), ("2(x2),1", [2, 2, 1]),
@@ -66,3 +67,23 @@ def test_failed_task_is_read_from_srun(tmp_path: Path, text: str, failed: tuple[
     log = tmp_path / "srun.log"
     log.write_text(text)
     assert srun_failed_task(log) == failed
+
+
+def _failure(logs: Path, rank: int, unix: float, log: str) -> None:
+    (logs / f"rank-{rank}.failed.json").write_text(json.dumps({"rank": rank, "host": f"n{rank // 2 + 1}",
+                                                               "exit_code": 1, "unix": unix}))
+    (logs / f"rank-{rank}.log").write_text(log)
+
+
+def test_the_rank_that_failed_on_its_own_is_the_cause(tmp_path: Path) -> None:
+    # rank 2 noticed rank 3's death first and exited, with Horovod's shutdown message; rank 3 died without it
+    _failure(tmp_path, 2, 100.0, "UnknownError: Horovod has been shut down. This was caused by an exception")
+    _failure(tmp_path, 3, 100.5, "rank 3: killing itself (SIGKILL) on purpose after epoch 1\n")
+    assert first_failed_rank(tmp_path)["rank"] == 3  # type: ignore[index]
+
+
+def test_without_a_clear_cause_the_earliest_failure_is_named(tmp_path: Path) -> None:
+    _failure(tmp_path, 1, 7.0, "Traceback: ValueError")
+    _failure(tmp_path, 0, 5.0, "Traceback: OSError")
+    assert first_failed_rank(tmp_path)["rank"] == 0  # type: ignore[index]
+    assert first_failed_rank(tmp_path / "none") is None

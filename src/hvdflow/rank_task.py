@@ -3,7 +3,9 @@
 ``python -m hvdflow.rank_task TASK.json`` reads the launch written by :mod:`hvdflow.slurm_launch`, finds this task's
 rank and local rank, keeps the one GPU of its local rank visible, sets udocker up for NVIDIA once per container and
 node where a driver exists, adds Horovod's Gloo variables (rendezvous address from the run directory), and replaces
-itself with the runtime's command, its output in ``rank-<r>.log``.
+runs the runtime's command, its output in ``rank-<r>.log``. A rank that exits non-zero leaves
+``rank-<r>.failed.json`` (host, exit code, time), so the launcher can tell the rank that failed first from those
+that failed because it did.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from .atomic import write_json_atomic
 from .errors import HvdflowError
 from .filelock import exclusive_lock
 from .netaddr import rank_interface
@@ -71,22 +76,27 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
 
 
 def main(argv: list[str]) -> int:
-    """Become this task's rank; exit 1 with a message if the task cannot be placed."""
+    """Run this task's rank and exit with its status; exit 1 with a message if the task cannot be placed."""
     task = json.loads(Path(argv[0]).read_text())
     try:
         rank, env, notes = rank_environment(task, os.environ)
     except HvdflowError as exc:
         print(f"hvdflow rank task on {os.uname().nodename}: error: {exc}", file=sys.stderr)
         return 1
-    log = os.open(Path(task["logs"]) / f"rank-{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.write(log, ("".join(f"# {note}\n" for note in notes) + f"$ {' '.join(task['argv'])}\n").encode())
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    try:
-        os.execvpe(task["argv"][0], task["argv"], env)
-    except OSError as exc:
-        print(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}", flush=True)
-    return 127
+    logs = Path(task["logs"])
+    with open(logs / f"rank-{rank}.log", "wb") as log:
+        log.write(("".join(f"# {note}\n" for note in notes) + f"$ {' '.join(task['argv'])}\n").encode())
+        log.flush()
+        try:
+            code = subprocess.run(task["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=env).returncode
+        except OSError as exc:
+            log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
+            code = 127
+    if code != 0:
+        write_json_atomic(logs / f"rank-{rank}.failed.json",
+                          {"rank": rank, "host": os.uname().nodename, "exit_code": code, "unix": time.time()})
+    return code if code > 0 else 128 - code
 
 
 if __name__ == "__main__":

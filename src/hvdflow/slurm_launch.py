@@ -73,12 +73,40 @@ def srun_failed_task(srun_log: Path) -> Optional[tuple[int, str, str]]:
     return int(re.split(r"[-,]", match.group(2))[0]), match.group(1), match.group(3)
 
 
+HOROVOD_SHUTDOWN = "Horovod has been shut down"
+
+
+def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
+    """The rank that failed first and on its own, from the ``rank-<r>.failed.json`` the rank tasks leave.
+
+    When one rank dies, its peers fail too, with Horovod's shutdown message in their logs; the cause is the earliest
+    failure without that message (else the earliest of all).
+    """
+    failures = [json.loads(p.read_text()) for p in logs.glob("rank-*.failed.json")]
+    for failure in failures:
+        rank_log = logs / f"rank-{failure['rank']}.log"
+        failure["collateral"] = rank_log.exists() and HOROVOD_SHUTDOWN in rank_log.read_text(errors="replace")
+    failures.sort(key=lambda f: (f["collateral"], f["unix"]))
+    return failures[0] if failures else None
+
+
+def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
+    """Re-raise a failed step as the first failed rank's error, with its log, if a rank task recorded one."""
+    failed = first_failed_rank(logs)
+    if failed is not None:
+        rank_log = logs / f"rank-{failed['rank']}.log"
+        raise LaunchError(f"{label}: rank {failed['rank']} on {failed['host']} failed first (exit code "
+                          f"{failed['exit_code']}); the job step was stopped. Log: {rank_log}\n{log_tail(rank_log, 8)}"
+                          f"\n{exc}") from None
+
+
 def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: float, logs: Path) -> None:
-    """Run one job step to completion; LaunchError naming the failed rank and its log when srun reports one."""
+    """Run one job step to completion; LaunchError naming the failed rank and its log."""
     step = start(label, argv, log, env)
     try:
         supervise([step], timeout)
     except LaunchError as exc:
+        _raise_for_rank(label, logs, exc)
         failed = srun_failed_task(log)
         if failed is None:
             raise
@@ -107,6 +135,8 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, ranks: 
     """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read."""
     job = _job_id()
     logs.mkdir(parents=True, exist_ok=True)
+    for stale in logs.glob("rank-*.failed.json"):
+        stale.unlink()
     staged = cluster.scratch_dir / f"hvdflow-job-{job}" / "dataset"
     reports = logs / "staging"
     reports.mkdir(exist_ok=True)
@@ -161,5 +191,9 @@ def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks: int, nodes: int,
 def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: float) -> None:
     argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--mca", "plm", "slurm", "--mca", "ras", "slurm",
             "--mca", "btl", "self,tcp", *rank_program]
-    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout)
+    try:
+        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout)
+    except LaunchError as exc:
+        _raise_for_rank("training", logs, exc)
+        raise
 
