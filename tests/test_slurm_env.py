@@ -9,6 +9,7 @@ import pytest
 
 from hvdflow.errors import LaunchError
 from hvdflow.rank_env import placements
+from hvdflow.rank_task import exit_reason
 from hvdflow.slurm_env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
 from hvdflow.slurm_launch import first_failed_rank, srun_failed_task
 
@@ -71,7 +72,7 @@ def test_failed_task_is_read_from_srun(tmp_path: Path, text: str, failed: tuple[
 
 def _failure(logs: Path, rank: int, unix: float, log: str) -> None:
     (logs / f"rank-{rank}.failed.json").write_text(json.dumps({"rank": rank, "host": f"n{rank // 2 + 1}",
-                                                               "exit_code": 1, "unix": unix}))
+                                                               "reason": "exit code 1", "unix": unix}))
     (logs / f"rank-{rank}.log").write_text(log)
 
 
@@ -87,3 +88,11 @@ def test_without_a_clear_cause_the_earliest_failure_is_named(tmp_path: Path) -> 
     _failure(tmp_path, 0, 5.0, "Traceback: OSError")
     assert first_failed_rank(tmp_path)["rank"] == 0  # type: ignore[index]
     assert first_failed_rank(tmp_path / "none") is None
+
+
+def test_exit_reasons_of_a_rank(tmp_path: Path) -> None:
+    result = tmp_path / "rank-0.json"
+    assert exit_reason(3, result) == "exit code 3" and exit_reason(-9, result) == "killed by signal 9"
+    assert exit_reason(0, result) == f"exited 0 without writing {result}"
+    result.write_text("{}")
+    assert exit_reason(0, result) is None

@@ -93,10 +93,25 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
             code = 127
-    if code != 0:
+    reason = exit_reason(code, Path(task["result"].format(rank=rank)))
+    if reason is not None:
         write_json_atomic(logs / f"rank-{rank}.failed.json",
-                          {"rank": rank, "host": os.uname().nodename, "exit_code": code, "unix": time.time()})
-    return code if code > 0 else 128 - code
+                          {"rank": rank, "host": os.uname().nodename, "reason": reason, "unix": time.time()})
+        return code if code > 0 else 1 if code == 0 else 128 - code
+    return 0
+
+
+def exit_reason(code: int, result: Path) -> str | None:
+    """Why a rank failed, or None if it did not: a non-zero status, a signal, or no result despite status 0.
+
+    udocker has been seen to exit 0 for a rank killed by SIGKILL inside the container, so the rank's result file
+    decides as well.
+    """
+    if code > 0:
+        return f"exit code {code}"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return None if result.exists() else f"exited 0 without writing {result}"
 
 
 if __name__ == "__main__":

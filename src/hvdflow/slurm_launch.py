@@ -95,8 +95,8 @@ def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
     failed = first_failed_rank(logs)
     if failed is not None:
         rank_log = logs / f"rank-{failed['rank']}.log"
-        raise LaunchError(f"{label}: rank {failed['rank']} on {failed['host']} failed first (exit code "
-                          f"{failed['exit_code']}); the job step was stopped. Log: {rank_log}\n{log_tail(rank_log, 8)}"
+        raise LaunchError(f"{label}: rank {failed['rank']} on {failed['host']} failed first ("
+                          f"{failed['reason']}); the job step was stopped. Log: {rank_log}\n{log_tail(rank_log, 8)}"
                           f"\n{exc}") from None
 
 
@@ -148,7 +148,8 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, ranks: 
                   logs / "staging.log", env, timeout, logs)
         command = command_for(staged)
         inner = runtime.command(command, {}, [logs, out_dir, staged.parent], hostenv=True)
-        task = {"argv": inner, "logs": str(logs), "launcher": launcher, "network_interface": cluster.network_interface,
+        task = {"argv": inner, "logs": str(logs), "result": str(out_dir / "rank-{rank}.json"), "launcher": launcher,
+                "network_interface": cluster.network_interface,
                 "rendezvous": str(logs / "rendezvous.json"),
                 "nvidia": ({"udocker_dir": str(runtime.udocker.udocker_dir), "container": runtime.container}
                            if gpus and isinstance(runtime, UdockerRuntime) else None)}
