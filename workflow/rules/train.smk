@@ -12,7 +12,10 @@ rule train:
     benchmark:
         "benchmarks/train/{experiment}.tsv"
     resources:
-        # one Slurm job over the experiment's nodes, one task per rank; the rule's body starts the job steps
+        # one Slurm job over the experiment's nodes, one task per rank; the rule's body starts the job steps.
+        # runtime (minutes) and mem_mb (per node) are defaults: a profile's set-resources gives its cluster's.
+        runtime=60,
+        mem_mb=4000,
         nodes=lambda wildcards: experiment(wildcards)["nodes"],
         tasks=lambda wildcards: train_tasks(wildcards)["tasks"],
         tasks_per_node=lambda wildcards: train_tasks(wildcards)["tasks_per_node"],
