@@ -1,7 +1,8 @@
 """Horovod ranks across the nodes of one Slurm job, started from the job's batch script (the train rule's body).
 
-The Snakemake Slurm plugin submits the train rule as an MPI-style job (resources ``nodes``, ``tasks``, ``mpi``,
-``gres``) and runs its body in the batch script on the first node. From there, in order:
+The Snakemake Slurm plugin submits the train rule as an MPI-style job (resources ``nodes``, ``tasks_per_node`` or
+``tasks``, ``mpi``, ``gres``: :mod:`hvdflow.slurm_layout`) and runs its body in the batch script on the first node.
+From there, in order:
 
 1. a staging step with the training layout: the first task of each node copies the prepared shards to the node's
    scratch and verifies them, the node's other tasks wait (:mod:`hvdflow.staging`);
