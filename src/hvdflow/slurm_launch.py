@@ -39,8 +39,9 @@ CLEANUP_TIMEOUT = 300.0
 def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str]) -> list[str]:
     """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout."""
     argv = ["srun", f"--nodes={nodes}", f"--ntasks={ranks}"]
-    if even_tasks_per_node(ranks, nodes):
-        argv.append(f"--ntasks-per-node={even_tasks_per_node(ranks, nodes)}")
+    per_node = even_tasks_per_node(ranks, nodes)
+    if per_node:
+        argv.append(f"--ntasks-per-node={per_node}")
     argv += ["--kill-on-bad-exit=1", "--cpu-bind=none", "--overlap"]
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
     if gpus:

@@ -38,8 +38,8 @@ def default_layout(base: Optional[Path] = None, nodes: int = 2) -> tc.Layout:
     return tc.Layout(base=base, nodes=nodes, controller_host=socket.gethostname().split(".")[0])
 
 
-def _sh(argv: Sequence[str], check: bool = True, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(argv), capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+def _sh(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise TestbedError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
