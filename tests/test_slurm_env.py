@@ -12,6 +12,7 @@ from hvdflow.rank_env import placements
 from hvdflow.rank_task import exit_reason
 from hvdflow.slurm_env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
 from hvdflow.slurm_launch import first_failed_rank, srun_failed_task
+from hvdflow.staging import read_reports
 
 
 @pytest.mark.parametrize("value, counts", [("2", [2]), ("2(x2)", [2, 2]), ("2(x2),1", [2, 2, 1]),
@@ -96,3 +97,9 @@ def test_exit_reasons_of_a_rank(tmp_path: Path) -> None:
     assert exit_reason(0, result) == f"exited 0 without writing {result}"
     result.write_text("{}")
     assert exit_reason(0, result) is None
+
+
+def test_staging_reports_are_read_in_rank_order(tmp_path: Path) -> None:
+    for rank in (10, 2, 0):
+        (tmp_path / f"task-{rank}.json").write_text(json.dumps({"SLURM_PROCID": str(rank)}))
+    assert [r["SLURM_PROCID"] for r in read_reports(tmp_path)] == ["0", "2", "10"]

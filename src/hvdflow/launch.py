@@ -25,6 +25,8 @@ from .rank_env import RankPlacement, horovod_gloo_env
 from .runtime import Runtime
 
 RENDEZVOUS_TIMEOUT = 300.0
+STEP_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
+"""How long one pipeline step (or a node's wait for staging) may run, in seconds."""
 STOP_GRACE = 10.0
 
 

@@ -7,7 +7,6 @@ file that marks it complete last, so a failed step never leaves outputs that loo
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 from dataclasses import dataclass
@@ -15,14 +14,13 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import LaunchError
-from .launch import launch_gloo_local, launch_mpi_local, run_one
+from .launch import STEP_TIMEOUT, launch_gloo_local, launch_mpi_local, run_one
 from .profile import SlurmCluster
 from .rank_env import placements
 from .runtime import Runtime
 from .slurm_launch import launch_slurm
 
 LAUNCHERS = ("gloo", "mpi")
-STEP_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard", "checkpoints")
 
 

@@ -28,6 +28,7 @@ from .launch import log_tail, start, stop, supervise, supervise_mpirun, wait_for
 from .netaddr import rendezvous_address
 from .profile import SlurmCluster
 from .slurm_layout import even_tasks_per_node, gpus_per_node_needed
+from .staging import read_reports
 from .runtime import Runtime, UdockerRuntime
 
 CommandFor = Callable[[Path], list[str]]
@@ -122,7 +123,7 @@ def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], t
 
 def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str, str]:
     """The allocation variables Open MPI's Slurm support reads, as the staging step's first task saw them."""
-    seen = json.loads((reports / "task-0.json").read_text())
+    seen = read_reports(reports)[0]
     return {
         "SLURM_JOB_ID": job, "SLURM_JOBID": job,
         "SLURM_JOB_NODELIST": seen["SLURM_STEP_NODELIST"], "SLURM_NODELIST": seen["SLURM_STEP_NODELIST"],

@@ -9,6 +9,7 @@ what srun told it (node, tasks per node) to ``REPORT_DIR/task-<rank>.json``, whi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -19,8 +20,7 @@ from hvdflow_trainer.records import DatasetError, read_index, verified_shards
 
 from .atomic import write_json_atomic
 from .errors import LaunchError
-
-WAIT_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
+from .launch import STEP_TIMEOUT
 
 
 def stage(source: Path, dest: Path) -> int:
@@ -69,6 +69,12 @@ def wait_for_stage(dest: Path, timeout: float) -> None:
         time.sleep(0.2)
 
 
+def read_reports(report_dir: Path) -> list[dict[str, object]]:
+    """What every task of the staging step reported, in rank order."""
+    reports = [json.loads(p.read_text()) for p in report_dir.glob("task-*.json")]
+    return sorted(reports, key=lambda r: int(str(r["SLURM_PROCID"])))
+
+
 def main(argv: list[str]) -> int:
     """``stage SOURCE DEST REPORT_DIR`` or ``clean DEST``, as one task of a Slurm job step."""
     env = os.environ
@@ -81,7 +87,7 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         copied = stage(source, dest) if env.get("SLURM_LOCALID") == "0" else None
         if copied is None:
-            wait_for_stage(dest, WAIT_TIMEOUT)
+            wait_for_stage(dest, STEP_TIMEOUT)
         report = {key: env.get(key) for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
                                                 "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
                                                 "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS")}

@@ -21,6 +21,7 @@ from .images import ContainerRecord, ensure_container, pull_image
 from .pipeline import DatasetSpec, TrainSpec, evaluate, prepare_dataset, train
 from .profile import ClusterProfile
 from .runtime import NativeRuntime, Runtime, UdockerRuntime
+from .staging import read_reports
 from .udocker import Udocker, allow_root_from_env
 
 
@@ -102,8 +103,8 @@ def injected_failure() -> tuple[int, int, bool] | None:
 
 def slurm_record(logs_dir: Path) -> dict[str, Any]:
     """The Slurm job a training ran in: job id, nodes, tasks per node, and what staging copied on each node."""
-    reports = [json.loads(p.read_text()) for p in sorted((logs_dir / "staging").glob("task-*.json"))]
-    first = next(r for r in reports if r["SLURM_PROCID"] == "0")
+    reports = read_reports(logs_dir / "staging")
+    first = reports[0]
     return {
         "job_id": os.environ.get("SLURM_JOB_ID"),
         "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
