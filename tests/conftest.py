@@ -196,7 +196,7 @@ class TinyRepo:
             f"    repository: {self.repository}\n"
             f"    tag: {tag}\n"
             "    device: cpu\n    python: none\n    tensorflow: none\n    horovod: none\n    mpi: none\n"
-            "    execmode: P1\n    tested: true\n"
+            "    execmode: P1\n    purposes: [train]\n    tested: true\n"
         )
         os.chown(path, user.uid, user.gid)
         return path

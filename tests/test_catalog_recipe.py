@@ -42,7 +42,7 @@ def _catalog(tmp_path: Path, body: str) -> Path:
 
 
 ENTRY = ("description: d, repository: a/b, tag: t1, device: cpu, python: '3.11', tensorflow: 2.15.1, "
-         "horovod: 0.28.1, mpi: m, execmode: P1, tested: true")
+         "horovod: 0.28.1, mpi: m, execmode: P1, purposes: [prepare, train], tested: true")
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -53,6 +53,8 @@ ENTRY = ("description: d, repository: a/b, tag: t1, device: cpu, python: '3.11',
     (ENTRY.replace("repository: a/b", "repository: A//b"), "images.x.repository: 'A//b' is not a valid repository"),
     (ENTRY.replace("tested: true", "tested: yes please"), "images.x.tested: expected bool"),
     (ENTRY + ", recipe: nowhere.yaml", "images.x.recipe:"),
+    (ENTRY.replace("purposes: [prepare, train]", "purposes: [paint]"), "images.x.purposes: ['paint'] must be a non-empty"),
+    (ENTRY.replace("purposes: [prepare, train]", "purposes: []"), "images.x.purposes: [] must be a non-empty"),
 ])
 def test_bad_catalog_entries_name_the_key(tmp_path: Path, entry: str, message: str) -> None:
     path = _catalog(tmp_path, f"images:\n  x: {{{entry}}}\n")

@@ -46,7 +46,7 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     if (REPO / ".git").is_dir():
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         assert record["code"]["commit"] == head
-    for plot in ("learning_curves", "confusion_matrix"):
+    for plot in ("learning_curves", "confusion_matrix", "per_class"):
         assert (demo.root / f"results/demo/plots/{plot}.png").read_bytes().startswith(PNG)
     assert list((demo.root / "results/demo/tensorboard").rglob("events.out.tfevents.*"))
     assert (demo.root / "logs/train/demo/rank-1.log").exists()
@@ -66,14 +66,16 @@ def test_second_call_has_nothing_to_do_and_a_changed_hyperparameter_reruns_only_
     assert dry.returncode == 0, jobs
     for rule in ("train", "evaluate", "plot_learning_curves", "plot_confusion_matrix"):
         assert f"rule {rule}:" in jobs
-    assert "rule pull_image:" not in jobs and "rule prepare_dataset:" not in jobs
+    for rule in ("pull_image", "list_dataset", "prepare_chunk", "prepare_dataset"):
+        assert f"rule {rule}:" not in jobs
 
 
 def test_report_has_the_figures(demo: Pipeline) -> None:
     proc = demo.snakemake("--report", "report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (demo.root / "report.html").read_text()
-    assert "learning_curves.png" in html and "confusion_matrix.png" in html and "evaluation.json" in html
+    for name in ("learning_curves.png", "confusion_matrix.png", "per_class.png", "evaluation.json"):
+        assert name in html
 
 
 def test_rerun_from_scratch_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
@@ -118,7 +120,7 @@ def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hp
                                                               udocker_dir: Path) -> None:
     pipeline = Pipeline(hpc_user, registry, udocker_dir)
     assert pipeline.snakemake("--until", "prepare_dataset").returncode == 0
-    shard = pipeline.root / "resources/datasets/digits/train-00001-of-00005.tfrecord"
+    shard = pipeline.root / "resources/datasets/digits/chunk-1/train-00000.tfrecord"
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF
     shard.write_bytes(bytes(data))

@@ -170,7 +170,7 @@ def test_udocker_as_root_is_refused(tiny_repo: TinyRepo, tmp_path: Path) -> None
 
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(f"images:\n  tiny: {{description: t, repository: {tiny_repo.repository}, tag: '1', device: cpu, "
-                       "python: x, tensorflow: x, horovod: x, mpi: x, execmode: P1, tested: true}\n")
+                       "python: x, tensorflow: x, horovod: x, mpi: x, execmode: P1, purposes: [train], tested: true}\n")
     env = {k: v for k, v in os.environ.items() if k != "HVDFLOW_ALLOW_ROOT"}
     proc = subprocess.run([sys.executable, "-m", "hvdflow", "image", "pull", "tiny", "--catalog", str(catalog),
                            "--registry", tiny_repo.registry.url, "--udocker-dir", str(tmp_path / "ud")],

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hvdflow_trainer.evaluate import single_label_metrics
-from hvdflow_trainer.prepare import split_indices
+from hvdflow_trainer.metrics import single_label_metrics
+from hvdflow_trainer.sources.common import split_indices
 
 TRAINER = Path(__file__).resolve().parents[1] / "src" / "hvdflow_trainer"
 
@@ -22,9 +22,11 @@ def test_metrics_of_a_known_confusion() -> None:
     metrics = single_label_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], ["a", "b", "c"])
     assert metrics["accuracy"] == pytest.approx(3 / 5)
     assert metrics["confusion_matrix"] == [[1, 1, 0], [0, 2, 0], [1, 0, 0]]
-    assert metrics["per_class"]["a"] == {"precision": 0.5, "recall": 0.5, "support": 2}
-    assert metrics["per_class"]["b"] == {"precision": pytest.approx(2 / 3), "recall": 1.0, "support": 2}
-    assert metrics["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "support": 1}
+    assert metrics["per_class"]["a"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2}
+    assert metrics["per_class"]["b"] == {"precision": pytest.approx(2 / 3), "recall": 1.0, "f1": pytest.approx(4 / 5),
+                                         "support": 2}
+    assert metrics["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert metrics["macro_f1"] == pytest.approx((0.5 + 4 / 5 + 0.0) / 3)
 
 
 def test_split_is_seeded_disjoint_and_complete() -> None:

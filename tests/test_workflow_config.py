@@ -42,7 +42,8 @@ def test_dry_run_with_every_profile(tree: Path, profile: str) -> None:
     proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     jobs = proc.stdout + proc.stderr
-    for rule in ("pull_image", "prepare_dataset", "train", "evaluate", "plot_learning_curves", "plot_confusion_matrix"):
+    for rule in ("pull_image", "list_dataset", "prepare_chunk", "prepare_dataset", "train", "evaluate",
+                 "plot_learning_curves", "plot_per_class", "plot_confusion_matrix"):
         assert f"rule {rule}:" in jobs or f"localrule {rule}:" in jobs
 
 
@@ -60,7 +61,23 @@ def _edit(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
      "experiments.demo.image: 'no-such-image' is not in the catalogue containers/catalog.yaml"),
     (lambda c: c["experiments"]["demo"].update(dataset="mnist"),
      "experiments.demo.dataset: 'mnist' is not a key of datasets (digits)"),
-    (lambda c: c["datasets"]["digits"].update(source="imagenet"), "'imagenet' is not one of ['sklearn-digits']"),
+    (lambda c: c["datasets"]["digits"].update(source="imagenet"),
+     "'imagenet' is not one of ['sklearn-digits', 'bigearthnet-v1', 'bigearthnet-v2', 'image-folder']"),
+    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v1"), "datasets.digits.path is required for source bigearthnet-v1"),
+    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v2", path="config"),
+     "datasets.digits.metadata is required for source bigearthnet-v2"),
+    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v2", path="config", metadata="config/config.yaml",
+                                              nomenclature=43),
+     "datasets.digits.nomenclature: BigEarthNet v2 labels use the 19-class nomenclature only"),
+    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v1", path="config/README.md"),
+     "config/README.md is not a folder"),
+    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v1", path="config", split_lists={"train": "config"}),
+     "'validation' is a required property"),
+    (lambda c: c["datasets"]["digits"].update(seasonal_snow_list="config/README.md"),
+     "datasets.digits.seasonal_snow_list applies to bigearthnet-v1 only"),
+    (lambda c: c["datasets"]["digits"].update(bands=["B10"]), "'B10' is not one of"),
+    (lambda c: c["datasets"]["digits"].update(shard_size_mb=0), "0 is less than or equal to the minimum of 0"),
+    (lambda c: c["experiments"]["demo"].update(model="vgg16"), "'vgg16' is not one of ['mlp', 'small-cnn', 'resnet50']"),
     (lambda c: c.update(colour="red"), "'colour' was unexpected"),
 ])
 def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]

@@ -31,6 +31,7 @@ class ImageSpec:
     execmode: str
     recipe: Optional[Path]
     tested: bool
+    purposes: tuple[str, ...]
 
     @property
     def reference(self) -> str:
@@ -39,14 +40,18 @@ class ImageSpec:
 
 
 _FIELDS = ("description", "repository", "tag", "device", "python", "tensorflow", "horovod", "mpi", "execmode", "tested")
+PURPOSES = ("prepare", "train")  # dataset preparation (TIFF/PNG/parquet readers), Horovod training and evaluation
 
 
 def _parse_image(name: str, entry: object, base: Path, where: str) -> ImageSpec:
     where = f"{where}: images.{name}"
     expect(where, entry, dict)
     assert isinstance(entry, dict)
-    check_keys(where, entry, _FIELDS, ("recipe",))
+    check_keys(where, entry, (*_FIELDS, "purposes"), ("recipe",))
     values = {key: entry[key] for key in _FIELDS}
+    purposes = tuple(str(p) for p in expect(f"{where}.purposes", entry["purposes"], list))
+    if not purposes or not set(purposes) <= set(PURPOSES):
+        raise ConfigError(f"{where}.purposes: {list(purposes)} must be a non-empty list of {', '.join(PURPOSES)}")
     for key in _FIELDS:
         if key != "tested":
             values[key] = str(expect(f"{where}.{key}", values[key], (str, int, float)))
@@ -64,7 +69,7 @@ def _parse_image(name: str, entry: object, base: Path, where: str) -> ImageSpec:
         recipe = base / str(expect(f"{where}.recipe", entry["recipe"], str))
         if not recipe.is_file():
             raise ConfigError(f"{where}.recipe: {recipe} does not exist")
-    return ImageSpec(name=name, recipe=recipe, **values)
+    return ImageSpec(name=name, recipe=recipe, purposes=purposes, **values)
 
 
 def load_catalog(path: Path) -> dict[str, ImageSpec]:

@@ -23,3 +23,7 @@ class UdockerError(HvdflowError):
 
 class LaunchError(HvdflowError):
     """A training rank or the rendezvous server failed."""
+
+
+class DatasetError(HvdflowError):
+    """A dataset cannot be prepared, or a prepared one is incomplete."""

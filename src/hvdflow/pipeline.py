@@ -11,9 +11,13 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Mapping, Optional
 
-from .errors import LaunchError
+from hvdflow_trainer.prepare import DATASET_FILE, gather
+from hvdflow_trainer.sources.common import PrepareError
+
+from .datasets import bind_paths
+from .errors import DatasetError, LaunchError
 from .launch import STEP_TIMEOUT, launch_gloo_local, launch_mpi_local, run_one
 from .profile import SlurmCluster
 from .rank_env import placements
@@ -22,17 +26,6 @@ from .slurm_launch import launch_slurm
 
 LAUNCHERS = ("gloo", "mpi")
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard", "checkpoints")
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    """How a dataset is prepared (config ``datasets.<name>``)."""
-
-    source: str
-    validation_fraction: float
-    test_fraction: float
-    seed: int
-    shard_records: int
 
 
 @dataclass(frozen=True)
@@ -50,6 +43,7 @@ class TrainSpec:
     seed: int
     nodes: int = 1
     deterministic_allreduce: bool = True
+    shuffle_buffer: int = 10000
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -62,19 +56,45 @@ class TrainSpec:
         return ["python3", "-m", "hvdflow_trainer.train", "--dataset", str(dataset_dir), "--out", str(out_dir),
                 "--model", self.model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
                 "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
-                "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed)] + (
+                "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed),
+                "--shuffle-buffer", str(self.shuffle_buffer)] + (
                     ["--deterministic-allreduce"] if self.deterministic_allreduce else [])
 
 
-def prepare_dataset(runtime: Runtime, spec: DatasetSpec, out_dir: Path, log: Path) -> dict[str, object]:
-    """Prepare ``spec`` into ``out_dir`` (shards, then ``index.json``); return the index."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+def list_dataset(runtime: Runtime, spec: Mapping[str, Any], chunks: int, manifest_dir: Path, log: Path) -> None:
+    """Scatter: list a resolved dataset spec's samples into a manifest of ``chunks`` chunks (in the runtime)."""
+    manifest_dir.parent.mkdir(parents=True, exist_ok=True)
+    command = ["python3", "-m", "hvdflow_trainer.prepare", "list", "--spec", json.dumps(dict(spec), sort_keys=True),
+               "--chunks", str(chunks), "--out", str(manifest_dir)]
+    run_one(runtime, command, [manifest_dir.parent, *bind_paths(spec)], log, STEP_TIMEOUT, f"listing dataset {spec['name']}")
+
+
+def prepare_chunk(runtime: Runtime, manifest_dir: Path, chunk: int, chunk_dir: Path, log: Path) -> None:
+    """Write one chunk of a manifest as shards into ``chunk_dir`` (in the runtime)."""
+    spec = json.loads((manifest_dir / DATASET_FILE).read_text())["spec"]
+    command = ["python3", "-m", "hvdflow_trainer.prepare", "chunk", "--manifest", str(manifest_dir),
+               "--chunk", str(chunk), "--out", str(chunk_dir)]
+    run_one(runtime, command, sorted({manifest_dir.parent, chunk_dir.parent, *bind_paths(spec)}), log, STEP_TIMEOUT,
+            f"preparing chunk {chunk} of dataset {spec['name']}")
+
+
+def gather_dataset(manifest_dir: Path, chunk_dirs: list[Path], out_dir: Path) -> dict[str, object]:
+    """Gather: the chunks' reports into ``out_dir/index.json`` (written last); DatasetError naming what is wrong."""
     (out_dir / "index.json").unlink(missing_ok=True)
-    command = ["python3", "-m", "hvdflow_trainer.prepare", spec.source, "--out", str(out_dir),
-               "--validation-fraction", repr(spec.validation_fraction), "--test-fraction", repr(spec.test_fraction),
-               "--seed", str(spec.seed), "--shard-records", str(spec.shard_records)]
-    run_one(runtime, command, [out_dir.parent], log, STEP_TIMEOUT, f"preparing {spec.source}")
-    return json.loads((out_dir / "index.json").read_text())
+    try:
+        return gather(str(manifest_dir), [str(d) for d in chunk_dirs], str(out_dir))
+    except PrepareError as exc:
+        raise DatasetError(f"dataset {out_dir}: {exc}") from None
+
+
+def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, log: Path, chunks: int = 1) -> dict[str, object]:
+    """All three steps one after the other (outside Snakemake): ``out_dir`` gets the manifest, chunks and index."""
+    (out_dir / "index.json").unlink(missing_ok=True)
+    list_dataset(runtime, spec, chunks, out_dir / "manifest", log)
+    chunk_dirs = [out_dir / f"chunk-{i}" for i in range(chunks)]
+    for i, chunk_dir in enumerate(chunk_dirs):
+        prepare_chunk(runtime, out_dir / "manifest", i, chunk_dir, log)
+    return gather_dataset(out_dir / "manifest", chunk_dirs, out_dir)
 
 
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,

@@ -1,10 +1,12 @@
-"""Report figures drawn on the host with matplotlib: learning curves and the test-set confusion matrix."""
+"""Report figures drawn on the host with matplotlib: learning curves, test-set confusion matrix, per-class scores."""
 
 from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -62,6 +64,58 @@ def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
     table_ax.table(cellText=cells, colLabels=["class", "precision", "recall", "support"], loc="center")
     table_ax.set_title(f"test accuracy {evaluation['accuracy']:.4f} on {evaluation['samples']} samples")
     fig.suptitle(f"{title}: test set")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
+def wrap_label(name: str, width: int = 36, lines: int = 2) -> str:
+    """A class name wrapped to at most ``lines`` lines of ``width`` characters, shortened with an ellipsis."""
+    return "\n".join(textwrap.wrap(name, width=width, max_lines=lines, placeholder=" …"))
+
+
+def per_class_series(evaluation: dict[str, Any]) -> tuple[dict[str, list[float | None]], str]:
+    """The per-class scores to draw, by legend label and in class order (None: undefined), and a summary line."""
+    per_class = [evaluation["per_class"][name] for name in evaluation["class_names"]]
+    if evaluation["task"] == "multi-label":
+        mean_ap = evaluation["mean_average_precision"]
+        summary = (f"micro F1 {evaluation['micro']['f1']:.3f}, macro F1 {evaluation['macro']['f1']:.3f}, "
+                   f"mAP {'n/a' if mean_ap is None else format(mean_ap, '.3f')}")
+        keys = {"F1": "f1", "average precision": "average_precision"}
+    else:
+        summary = f"accuracy {evaluation['accuracy']:.3f}, macro F1 {evaluation['macro_f1']:.3f}"
+        keys = {"precision": "precision", "recall": "recall", "F1": "f1"}
+    return {label: [scores[key] for scores in per_class] for label, key in keys.items()}, summary
+
+
+def plot_per_class(evaluation_json: Path, out: Path, title: str) -> None:
+    """Per-class test scores as horizontal bars, one row per class, the figure as tall as the classes need.
+
+    Multi-label: F1 and average precision (n/a for a class without positives), micro/macro F1 and mAP in the title.
+    Single-label: precision, recall and F1, accuracy and macro F1 in the title.
+    """
+    evaluation = json.loads(evaluation_json.read_text())
+    series, summary = per_class_series(evaluation)
+    names = evaluation["class_names"]
+    bar = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 1.5 + 0.2 * (len(series) + 1) * len(names))))
+    for k, (label, values) in enumerate(series.items()):
+        rows = [row + (k - (len(series) - 1) / 2) * bar for row in range(len(names))]
+        drawn = [(y, value) for y, value in zip(rows, values) if value is not None]
+        ax.barh([y for y, _ in drawn], [value for _, value in drawn], height=bar, color=f"C{k}", label=label)
+        for y, value in zip(rows, values):
+            if value is None:
+                ax.text(0.01, y, "n/a", va="center", fontsize=7, color=f"C{k}")
+            else:
+                ax.text(value + 0.01, y, f"{value:.2f}", va="center", fontsize=7)
+    ax.set_yticks(range(len(names)), [wrap_label(name) for name in names], fontsize=8)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set_xlim(0, 1.1)
+    ax.set_xlabel("score")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(series), frameon=False, fontsize=8)
+    fig.suptitle(f"{title}: per-class scores on the test set ({evaluation['samples']} samples)\n{summary}", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from .atomic import write_json_atomic
 from .images import ContainerRecord
-from .pipeline import DatasetSpec, TrainSpec, prepare_dataset, train
+from .pipeline import TrainSpec, prepare_dataset, train
 from .runtime import UdockerRuntime
 from .udocker import Udocker
 
-DIGITS = DatasetSpec(source="sklearn-digits", validation_fraction=0.1, test_fraction=0.2, seed=42, shard_records=256)
+DIGITS = {"name": "digits", "source": "sklearn-digits", "validation_fraction": 0.1, "test_fraction": 0.2, "seed": 42,
+          "shard_size_mb": 64, "skip_bad_samples": False}
 
 
 def smoke_spec(ranks: int, epochs: int) -> TrainSpec:

@@ -54,6 +54,7 @@ def stage(source: Path, dest: Path) -> int:
 
 def _copy(src: Path, dst: Path) -> int:
     try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
     except OSError as exc:
         raise LaunchError(f"cannot copy {src} to {dst} on {os.uname().nodename}: {exc.strerror}") from None

@@ -18,7 +18,8 @@ from .atomic import write_json_atomic
 from .cache import sha256_file
 from .catalog import get_image, load_catalog
 from .images import ContainerRecord, ensure_container, pull_image
-from .pipeline import DatasetSpec, TrainSpec, evaluate, prepare_dataset, train
+from .datasets import resolved_spec
+from .pipeline import TrainSpec, evaluate, gather_dataset, list_dataset, prepare_chunk, train
 from .profile import ClusterProfile
 from .runtime import NativeRuntime, Runtime, UdockerRuntime
 from .staging import read_reports
@@ -60,14 +61,26 @@ def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> R
     return UdockerRuntime(Udocker(Path(record.udocker_dir), allow_root=allow_root_from_env()), record.container)
 
 
-def prepare_step(spec: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path, index: Path,
-                 log: Path) -> None:
-    """Prepare a dataset into the directory of ``index``."""
+def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path,
+              manifest: Path, log: Path) -> None:
+    """List dataset ``name``'s samples into the manifest directory, cut into the entry's number of chunks."""
     with logged(log):
-        dataset = DatasetSpec(source=spec["source"], validation_fraction=spec["validation_fraction"],
-                              test_fraction=spec["test_fraction"], seed=spec["seed"], shard_records=spec["shard_records"])
-        prepare_dataset(runtime_for(profile, image_record, catalog), dataset, index.parent.resolve(),
-                        log.resolve().with_suffix(".prepare.log"))
+        list_dataset(runtime_for(profile, image_record, catalog), resolved_spec(name, entry), entry["chunks"],
+                     manifest.resolve(), log.resolve().with_suffix(".run.log"))
+
+
+def chunk_step(chunk: int, profile: ClusterProfile, catalog: Path, image_record: Path, manifest: Path, out: Path,
+               log: Path) -> None:
+    """Prepare one chunk of a manifest into its shard directory."""
+    with logged(log):
+        prepare_chunk(runtime_for(profile, image_record, catalog), manifest.resolve(), chunk, out.resolve(),
+                      log.resolve().with_suffix(".run.log"))
+
+
+def gather_step(manifest: Path, chunks: list[Path], index: Path, log: Path) -> None:
+    """Write the dataset's index from its chunks' reports."""
+    with logged(log):
+        gather_dataset(manifest.resolve(), [c.resolve() for c in chunks], index.parent.resolve())
 
 
 def _git_revision(directory: Path) -> dict[str, Any]:
@@ -122,7 +135,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         started = time.time()
         train_spec = TrainSpec(**{k: spec[k] for k in ("ranks", "model", "hidden_units", "epochs", "batch_size",
                                                         "learning_rate", "momentum", "warmup_epochs", "seed",
-                                                        "nodes", "deterministic_allreduce")})
+                                                        "nodes", "deterministic_allreduce", "shuffle_buffer")})
         out_dir = record_out.parent.resolve()
         results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher, train_spec,
                         index.parent.resolve(), out_dir, logs_dir=log.resolve().with_suffix(""),
@@ -176,9 +189,22 @@ def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping
     pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record), Path(log[0]))
 
 
-def prepare_rule(input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
-    """Rule prepare_dataset."""
-    prepare_step(params.spec, profile, Path(config["catalog"]), Path(input.image), Path(output.index), Path(log[0]))
+def list_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+              profile: ClusterProfile) -> None:
+    """Rule list_dataset."""
+    list_step(wildcards.dataset, params.spec, profile, Path(config["catalog"]), Path(input.image),
+              Path(output.manifest), Path(log[0]))
+
+
+def chunk_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule prepare_chunk."""
+    chunk_step(int(wildcards.chunk), profile, Path(config["catalog"]), Path(input.image), Path(input.manifest),
+               Path(output.chunk), Path(log[0]))
+
+
+def gather_rule(input: Any, output: Any, log: Any) -> None:
+    """Rule prepare_dataset (the gather)."""
+    gather_step(Path(input.manifest), [Path(c) for c in input.chunks], Path(output.index), Path(log[0]))
 
 
 def train_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
@@ -208,3 +234,11 @@ def confusion_matrix_rule(wildcards: Any, input: Any, output: Any, log: Any) -> 
 
     with logged(Path(log[0])):
         plot_confusion_matrix(Path(input.evaluation), Path(output.plot), wildcards.experiment)
+
+
+def per_class_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_per_class."""
+    from .plots import plot_per_class
+
+    with logged(Path(log[0])):
+        plot_per_class(Path(input.evaluation), Path(output.plot), wildcards.experiment)

@@ -1,52 +1,38 @@
-"""Test-set metrics of a trained model: accuracy, per-class precision and recall, confusion matrix (JSON)."""
+"""Test-set metrics of a trained model as JSON: single-label (argmax) or multi-label (sigmoid scores) metrics."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Dict, List, Optional
 
+from .metrics import multi_label_metrics, single_label_metrics
 from .records import parse_fn, read_index, verified_shards
 from .train import write_json
 
-
-def single_label_metrics(truth: List[int], predicted: List[int], class_names: List[str]) -> Dict[str, object]:
-    """Accuracy, per-class precision/recall/support and the confusion matrix (rows: truth, columns: prediction)."""
-    n = len(class_names)
-    confusion = [[0] * n for _ in range(n)]
-    for t, p in zip(truth, predicted):
-        confusion[t][p] += 1
-    per_class = {}
-    for c, name in enumerate(class_names):
-        tp = confusion[c][c]
-        predicted_c = sum(confusion[r][c] for r in range(n))
-        support = sum(confusion[c])
-        per_class[name] = {
-            "precision": tp / predicted_c if predicted_c else 0.0,
-            "recall": tp / support if support else 0.0,
-            "support": support,
-        }
-    correct = sum(confusion[c][c] for c in range(n))
-    return {"accuracy": correct / len(truth), "samples": len(truth), "per_class": per_class,
-            "confusion_matrix": confusion, "class_names": class_names}
+TASKS = ("single-label", "multi-label")
 
 
 def evaluate(model_path: str, dataset_dir: str, batch_size: int) -> Dict[str, object]:
-    """Evaluate the saved model on the dataset's test split (shards verified first)."""
+    """Evaluate the saved model on the dataset's test split (shards verified first), by the dataset's task."""
     import numpy as np
     import tensorflow as tf
 
     index = read_index(dataset_dir)
-    if index["task"] != "single-label":
-        raise ValueError("evaluate supports single-label datasets; %s is %s" % (dataset_dir, index["task"]))
+    if index["task"] not in TASKS:
+        raise ValueError("%s has task %r; evaluate supports %s" % (dataset_dir, index["task"], ", ".join(TASKS)))
     paths = verified_shards(dataset_dir, index, "test")
     model = tf.keras.models.load_model(model_path, compile=False)
     data = tf.data.TFRecordDataset(paths).map(parse_fn(index)).batch(batch_size)
-    truth: List[int] = []
-    predicted: List[int] = []
+    truth_batches = []
+    score_batches = []
     for x, y in data:
-        truth += [int(v) for v in y.numpy()]
-        predicted += [int(v) for v in np.argmax(model(x, training=False).numpy(), axis=1)]
-    return single_label_metrics(truth, predicted, list(index["class_names"]))  # type: ignore[call-overload]
+        truth_batches.append(y.numpy())
+        score_batches.append(model(x, training=False).numpy())
+    truth, scores = np.concatenate(truth_batches), np.concatenate(score_batches)
+    class_names = list(index["class_names"])  # type: ignore[call-overload]
+    if index["task"] == "multi-label":
+        return multi_label_metrics(truth, scores, class_names)
+    return single_label_metrics([int(v) for v in truth], [int(v) for v in np.argmax(scores, axis=1)], class_names)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

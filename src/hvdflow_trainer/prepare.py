@@ -1,82 +1,211 @@
-"""Prepare a dataset into sharded TFRecords with a seeded train/validation/test split.
+"""Prepare a dataset into checksummed, sharded TFRecords, in parallel chunks (scatter / gather).
 
-Sources: ``sklearn-digits``, scikit-learn's 8x8 handwritten digits (1,797 real samples that ship inside the
-package, so the demo runs offline). The output directory gets the shards first and ``index.json`` last.
+1. ``list``: the source adapter lists the samples, excludes what the dataset's definition excludes and assigns each
+   sample its split; the samples are ordered (training split shuffled with the seed) and cut into N contiguous
+   chunks, written as a manifest directory (``dataset.json`` plus ``chunk-<i>.json``).
+2. ``chunk``: one job per chunk reads its samples and writes them as shards of about the target size, with each
+   shard's sha256 and record count, and the per-channel statistics of its training samples (``report.json``).
+3. :func:`gather` combines the chunks' reports into ``index.json``: shards in chunk order (so the records keep the
+   manifest's order), per-channel normalisation of the training split, exclusion and bad-sample counts.
+
+Every step writes into a ``.partial`` directory and renames it when complete; ``index.json`` is written last. A bad
+sample (missing, unreadable, wrong shape or type) stops the chunk with its path, unless ``skip_bad_samples`` is set:
+then it is skipped and counted, with its path and reason in the index.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
-from typing import Dict, List, Optional, Tuple
+import sys
+import time
+from typing import Dict, List, Optional
 
-from .records import FORMAT, write_index, write_shards
+from .channel_stats import ChannelStats
+from .records import FORMAT, ShardWriter, write_index
+from .sources import adapter
+from .sources.common import SPLITS, BadSample, Excluded, PrepareError, ordered
 
-SOURCES = ("sklearn-digits",)
-
-
-def load_source(source: str):  # type: ignore[no-untyped-def]
-    """``(features, labels, class_names, feature_shape, task)`` of a built-in source."""
-    if source == "sklearn-digits":
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        features = (digits.images / 16.0).astype("float32")[..., None]  # 8x8x1, values in [0, 1]
-        return features, digits.target.astype("int64"), [str(c) for c in digits.target_names], [8, 8, 1], "single-label"
-    raise ValueError("unknown source %r; known: %s" % (source, ", ".join(SOURCES)))
+DATASET_FILE = "dataset.json"
+REPORT_FILE = "report.json"
+SKIPPED_LISTED = 1000  # bad samples listed by path in the index; all are counted
 
 
-def split_indices(count: int, validation: float, test: float, seed: int) -> Dict[str, List[int]]:
-    """A seeded permutation of ``range(count)`` cut into train, validation and test."""
+def _dump(path: str, data: object) -> None:
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+
+
+def _load(path: str) -> Dict[str, object]:
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def _fresh(directory: str) -> str:
+    """An empty ``<directory>.partial`` to write into before renaming it to ``directory``."""
+    partial = directory + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    os.makedirs(partial)
+    return partial
+
+
+def _publish(partial: str, directory: str) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+    os.rename(partial, directory)
+
+
+def chunk_file(chunk: int) -> str:
+    """The manifest file holding chunk ``chunk``'s samples."""
+    return "chunk-%d.json" % chunk
+
+
+def list_dataset(spec: Dict[str, object], chunks: int, out_dir: str) -> Dict[str, object]:
+    """Write the manifest of ``spec``'s dataset in ``chunks`` chunks into ``out_dir``; return its summary."""
+    started = time.time()
+    list_samples, _ = adapter(str(spec["source"]))
+    listing = list_samples(spec)
+    samples = ordered(listing.pop("samples"), int(spec["seed"]))  # type: ignore[arg-type,call-overload]
+    if not samples:
+        raise PrepareError("the dataset %s has no samples" % spec.get("path", spec["source"]))
+    partial = _fresh(out_dir)
+    bounds = [len(samples) * i // chunks for i in range(chunks + 1)]
+    for i in range(chunks):
+        _dump(os.path.join(partial, chunk_file(i)), samples[bounds[i]:bounds[i + 1]])
+    counts = {split: sum(1 for s in samples if s["split"] == split) for split in SPLITS}
+    summary = dict(listing, spec=spec, chunks=chunks, listed=counts, listing_seconds=round(time.time() - started, 3))
+    _dump(os.path.join(partial, DATASET_FILE), summary)
+    _publish(partial, out_dir)
+    return summary
+
+
+def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str) -> Dict[str, object]:
+    """Read chunk ``chunk`` of a manifest and write its shards and ``report.json`` into ``out_dir``."""
     import numpy as np
 
-    if not (0 <= validation < 1 and 0 <= test < 1 and validation + test < 1):
-        raise ValueError("validation (%s) and test (%s) fractions must be in [0, 1) and sum below 1" % (validation, test))
-    order = np.random.RandomState(seed).permutation(count).tolist()
-    n_test, n_val = int(round(count * test)), int(round(count * validation))
-    return {"test": order[:n_test], "validation": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
+    started = time.time()
+    summary = _load(os.path.join(manifest_dir, DATASET_FILE))
+    spec: Dict[str, object] = summary["spec"]  # type: ignore[assignment]
+    samples: List[Dict[str, object]] = _load(os.path.join(manifest_dir, chunk_file(chunk)))  # type: ignore[assignment]
+    read = adapter(str(spec["source"]))[1](summary, spec)
+    shape, dtype = tuple(summary["feature_shape"]), str(summary["feature_dtype"])  # type: ignore[call-overload]
+    target = int(float(spec["shard_size_mb"]) * 1e6)  # type: ignore[arg-type]
+    partial = _fresh(out_dir)
+    writers = {split: ShardWriter(partial, split, target, dtype) for split in SPLITS}
+    stats = ChannelStats()
+    excluded: Dict[str, int] = {}
+    skipped: List[Dict[str, str]] = []
+    input_bytes = 0
+    for sample in samples:
+        try:
+            pixels, labels, nbytes = read(sample)
+            if tuple(np.shape(pixels)) != shape:
+                raise BadSample(str(sample["path"]), "shape %s, expected %s" % (np.shape(pixels), shape))
+        except Excluded as exc:
+            excluded[exc.reason] = excluded.get(exc.reason, 0) + 1
+            continue
+        except BadSample as exc:
+            if not spec["skip_bad_samples"]:
+                raise
+            skipped.append({"path": exc.path, "reason": exc.reason})
+            continue
+        input_bytes += nbytes
+        writers[str(sample["split"])].write(pixels, labels)
+        if sample["split"] == "train":
+            stats.add_image(pixels)
+    splits = {}
+    for split, writer in writers.items():
+        shards = writer.close()
+        splits[split] = {"records": sum(int(s["records"]) for s in shards), "shards": shards}  # type: ignore[call-overload]
+    report = {"chunk": chunk, "samples": len(samples), "splits": splits, "train_stats": stats.to_json(),
+              "excluded": excluded, "skipped": skipped, "input_bytes": input_bytes,
+              "seconds": round(time.time() - started, 3)}
+    _dump(os.path.join(partial, REPORT_FILE), report)
+    _publish(partial, out_dir)
+    return report
 
 
-def prepare(source: str, out_dir: str, validation: float, test: float, seed: int, shard_records: int) -> Dict[str, object]:
-    """Write the shards and the index of ``source`` into ``out_dir`` (replaced if it exists); return the index."""
-    features, labels, class_names, shape, task = load_source(source)
-    if os.path.exists(out_dir):
-        shutil.rmtree(out_dir)
-    os.makedirs(out_dir)
-    splits: Dict[str, object] = {}
-    for split, indices in split_indices(len(labels), validation, test, seed).items():
-        samples = ((features[i], [labels[i]]) for i in indices)
-        shards = write_shards(out_dir, split, samples, shard_records, len(indices))
-        splits[split] = {"records": len(indices), "shards": shards}
+def gather(manifest_dir: str, chunk_dirs: List[str], out_dir: str) -> Dict[str, object]:
+    """Combine the chunks' reports into ``out_dir/index.json`` (written last) and return the index.
+
+    ``chunk_dirs`` must lie inside ``out_dir``; shard paths in the index are relative to it.
+    """
+    summary = _load(os.path.join(manifest_dir, DATASET_FILE))
+    spec: Dict[str, object] = summary["spec"]  # type: ignore[assignment]
+    splits: Dict[str, Dict[str, object]] = {split: {"records": 0, "shards": []} for split in SPLITS}
+    stats = ChannelStats()
+    excluded: Dict[str, int] = dict(summary["excluded"])  # type: ignore[call-overload]
+    skipped: List[Dict[str, str]] = []
+    input_bytes, seconds = 0, []
+    for directory in chunk_dirs:
+        report = _load(os.path.join(directory, REPORT_FILE))
+        prefix = os.path.relpath(directory, out_dir)
+        for split, part in report["splits"].items():  # type: ignore[union-attr]
+            splits[split]["records"] += part["records"]  # type: ignore[operator]
+            splits[split]["shards"] += [dict(s, file="%s/%s" % (prefix, s["file"])) for s in part["shards"]]  # type: ignore[operator]
+        stats.merge(ChannelStats.from_json(report["train_stats"]))  # type: ignore[arg-type]
+        for reason, count in report["excluded"].items():  # type: ignore[union-attr]
+            excluded[reason] = excluded.get(reason, 0) + count
+        skipped += report["skipped"]  # type: ignore[arg-type]
+        input_bytes += int(report["input_bytes"])  # type: ignore[call-overload]
+        seconds.append(report["seconds"])
+    if not splits["train"]["records"]:
+        raise PrepareError("no training samples were prepared (records per split: %s)"
+                           % {k: v["records"] for k, v in splits.items()})
     index = {
         "format": FORMAT,
-        "dataset": source,
-        "task": task,
-        "num_classes": len(class_names),
-        "class_names": class_names,
-        "feature_shape": shape,
-        "seed": seed,
-        "fractions": {"validation": validation, "test": test},
+        "dataset": spec.get("name"),
+        "source": spec["source"],
+        "task": summary["task"],
+        "num_classes": len(summary["class_names"]),  # type: ignore[arg-type]
+        "class_names": summary["class_names"],
+        "channel_names": summary["channel_names"],
+        "feature_shape": summary["feature_shape"],
+        "feature_dtype": summary["feature_dtype"],
+        "seed": spec["seed"],
+        "fractions": {"validation": spec["validation_fraction"], "test": spec["test_fraction"]},
+        "spec": spec,
         "splits": splits,
+        "normalization": stats.normalization(),
+        "excluded": excluded,
+        "skipped": {"count": len(skipped), "samples": skipped[:SKIPPED_LISTED]},
+        "preparation": {"chunks": len(chunk_dirs), "input_bytes": input_bytes, "chunk_seconds": seconds,
+                        "listing_seconds": summary["listing_seconds"]},
     }
+    for key in ("resampling", "frames"):
+        if summary.get(key) is not None:
+            index[key] = summary[key]
     write_index(out_dir, index)
     return index
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Command line: ``python -m hvdflow_trainer.prepare SOURCE --out DIR``."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("source", choices=SOURCES)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--validation-fraction", type=float, default=0.1)
-    parser.add_argument("--test-fraction", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--shard-records", type=int, default=256)
+    """Command line: ``list --spec JSON --chunks N --out DIR`` or ``chunk --manifest DIR --chunk I --out DIR``."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    lister = sub.add_parser("list", help="list the samples and write the manifest")
+    lister.add_argument("--spec", required=True, help="the dataset's config entry as JSON (absolute paths)")
+    lister.add_argument("--chunks", type=int, required=True)
+    lister.add_argument("--out", required=True)
+    chunker = sub.add_parser("chunk", help="prepare one chunk of a manifest")
+    chunker.add_argument("--manifest", required=True)
+    chunker.add_argument("--chunk", type=int, required=True)
+    chunker.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    index = prepare(args.source, args.out, args.validation_fraction, args.test_fraction, args.seed, args.shard_records)
-    counts: Tuple[object, ...] = tuple((k, v["records"]) for k, v in sorted(index["splits"].items()))  # type: ignore[union-attr,index]
-    print("prepared %s into %s: %s" % (args.source, args.out, counts))
+    try:
+        if args.command == "list":
+            summary = list_dataset(json.loads(args.spec), args.chunks, args.out)
+            print("listed %s: %s, excluded %s" % (summary["spec"]["source"], summary["listed"], summary["excluded"]))  # type: ignore[index]
+        else:
+            report = prepare_chunk(args.manifest, args.chunk, args.out)
+            print("chunk %d: %d samples, %d skipped, %s excluded, %.1f MB read in %.1f s" % (
+                args.chunk, report["samples"], len(report["skipped"]), report["excluded"],  # type: ignore[arg-type]
+                int(report["input_bytes"]) / 1e6, report["seconds"]))  # type: ignore[call-overload]
+    except BadSample as exc:
+        sys.exit("error: bad sample %s (set skip_bad_samples: true to skip and count such samples)" % exc)
+    except PrepareError as exc:
+        sys.exit("error: %s" % exc)
 
 
 if __name__ == "__main__":

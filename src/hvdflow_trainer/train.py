@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from .input_plan import plan_input
 from .records import parse_fn, read_index, verified_shards
 
 
@@ -39,18 +40,28 @@ def write_json(path: str, data: Dict[str, object]) -> None:
 
 
 def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: int, size: int, batch: int,
-                 seed: int, shuffle: bool):  # type: ignore[no-untyped-def]
-    """This rank's equal share of ``split``: every rank gets ``records // size`` samples, so all take the same steps."""
+                 seed: int, shuffle_buffer: int):  # type: ignore[no-untyped-def]
+    """This rank's share of ``split`` (see input_plan): ``(dataset, records per rank, sharding mode)``.
+
+    Every rank gets the same number of records, so all take the same steps. With ``shuffle_buffer`` > 0 the
+    records are shuffled, with the seed, anew each epoch.
+    """
     import tensorflow as tf
 
-    records = int(index["splits"][split]["records"])  # type: ignore[index]
-    per_rank = records // size
-    if per_rank == 0:
-        raise ValueError("split %s has %d records, fewer than the %d ranks" % (split, records, size))
-    data = tf.data.TFRecordDataset(paths).map(parse_fn(index), num_parallel_calls=1, deterministic=True)
-    if shuffle:
-        data = data.shuffle(records, seed=seed, reshuffle_each_iteration=True)
-    return data.shard(size, rank).take(per_rank).batch(batch), per_rank
+    counts = [int(s["records"]) for s in index["splits"][split]["shards"]]  # type: ignore[index]
+    try:
+        mode, groups, per_rank = plan_input(counts, size)
+    except ValueError as exc:
+        raise ValueError("split %s: %s" % (split, exc)) from None
+    if groups is not None:
+        data = tf.data.TFRecordDataset([paths[i] for i in groups[rank]])
+    else:
+        data = tf.data.TFRecordDataset(paths).shard(size, rank)
+    data = data.take(per_rank)
+    if shuffle_buffer > 0:
+        data = data.shuffle(min(shuffle_buffer, per_rank), seed=seed, reshuffle_each_iteration=True)
+    data = data.map(parse_fn(index), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return data.batch(batch).prefetch(tf.data.AUTOTUNE), per_rank, mode
 
 
 class EpochFailure:
@@ -75,6 +86,25 @@ class EpochFailure:
                     os._exit(3)
 
         return _Fail()
+
+
+def average_statistics_callback():  # type: ignore[no-untyped-def]
+    """A Keras callback that averages the non-trainable weights (BatchNorm's moving mean and variance) over the ranks
+    at the end of every epoch.
+
+    Horovod averages gradients only, so each rank's BatchNorm statistics follow its own share of the data and the
+    ranks would end with different models; averaging them keeps the ranks identical (and, with tensor fusion off,
+    reproducible).
+    """
+    import horovod.tensorflow as hvd_tf
+    import tensorflow as tf
+
+    class _Average(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
+            for i, weight in enumerate(self.model.non_trainable_weights):
+                weight.assign(hvd_tf.allreduce(weight.value(), op=hvd_tf.Average, name="non_trainable_%d" % i))
+
+    return _Average()
 
 
 class EpochTimer:
@@ -131,10 +161,9 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
     multi = index["task"] == "multi-label"
     train_paths = verified_shards(args.dataset, index, "train")
     val_paths = verified_shards(args.dataset, index, "validation")
-    train_data, train_per_rank = rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(), args.batch_size,
-                                              args.seed, shuffle=True)
-    val_data, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed,
-                               shuffle=False)
+    train_data, train_per_rank, sharding = rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(),
+                                                        args.batch_size, args.seed, args.shuffle_buffer)
+    val_data, _, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed, 0)
 
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
     scaled_lr = args.learning_rate * hvd.size()
@@ -155,6 +184,8 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
                                                  steps_per_epoch=-(-train_per_rank // args.batch_size), verbose=0),
         timer.callback(),
     ]
+    if model.non_trainable_weights:
+        callbacks.insert(2, average_statistics_callback())
     if args.fail_rank >= 0:
         callbacks.append(EpochFailure(args.fail_rank, args.fail_epoch, args.fail_kill).callback(hvd.rank()))
     if hvd.rank() == 0:
@@ -177,6 +208,7 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         "epoch_seconds": timer.seconds,
         "first_step_unix": timer.first_step_unix,
         "train_records_per_rank": train_per_rank,
+        "input_sharding": sharding,
         "tensorflow": tf.__version__, "horovod": horovod.__version__,
         "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
     }
@@ -204,6 +236,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--warmup-epochs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--shuffle-buffer", type=int, default=10000, help="records in each rank's shuffle buffer")
     parser.add_argument("--deterministic-allreduce", action="store_true",
                         help="allreduce each tensor on its own (no tensor fusion): reproducible sums with 3+ ranks")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra- and inter-op threads per rank")

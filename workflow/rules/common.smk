@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from hvdflow import steps  # noqa: E402
 from hvdflow.catalog import load_catalog  # noqa: E402
+from hvdflow.datasets import check_dataset, input_paths, task_of  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.profile import load_profile  # noqa: E402
 from hvdflow.slurm_layout import (  # noqa: E402
@@ -34,6 +35,11 @@ for _name, _experiment in config["experiments"].items():
             f"experiments.{_name}.dataset: {_experiment['dataset']!r} is not a key of datasets "
             f"({', '.join(sorted(config['datasets']))})"
         )
+for _name, _entry in config["datasets"].items():
+    try:
+        check_dataset(_name, _entry)
+    except HvdflowError as exc:
+        raise WorkflowError(str(exc)) from None
 for _name, _experiment in config["experiments"].items():
     try:
         check_layout(
@@ -45,12 +51,17 @@ for _name, _experiment in config["experiments"].items():
         )
     except HvdflowError as exc:
         raise WorkflowError(str(exc)) from None
-for _section in ("experiments", "datasets"):
+for _section, _purpose in (("experiments", "train"), ("datasets", "prepare")):
     for _name, _entry in config[_section].items():
         if _entry["image"] not in CATALOG:
             raise WorkflowError(
                 f"{_section}.{_name}.image: {_entry['image']!r} is not in the catalogue {config['catalog']} "
                 f"({', '.join(sorted(CATALOG))})"
+            )
+        if _purpose not in CATALOG[_entry["image"]].purposes:
+            raise WorkflowError(
+                f"{_section}.{_name}.image: {_entry['image']!r} is not for {_purpose} "
+                f"(its purposes in {config['catalog']}: {', '.join(CATALOG[_entry['image']].purposes)})"
             )
 
 
@@ -58,6 +69,7 @@ wildcard_constraints:
     experiment="|".join(config["experiments"]),
     dataset="|".join(config["datasets"]),
     image="|".join(CATALOG),
+    chunk=r"\d+",
 
 
 def experiment(wildcards):
@@ -87,6 +99,17 @@ def get_dataset_image_record(wildcards):
     return get_image_record(config["datasets"][wildcards.dataset]["image"])
 
 
+def get_dataset_sources(wildcards):
+    """The dataset's own files and folders (its data folder, metadata table, lists): listing again when they change."""
+    return input_paths(config["datasets"][wildcards.dataset])
+
+
+def get_dataset_chunks(wildcards):
+    """The prepared chunks of a dataset, gathered into its index."""
+    count = config["datasets"][wildcards.dataset]["chunks"]
+    return [f"resources/datasets/{wildcards.dataset}/chunk-{i}" for i in range(count)]
+
+
 def get_train_inputs(wildcards):
     """What a training job reads: its image record and its prepared dataset's index."""
     entry = experiment(wildcards)
@@ -97,12 +120,14 @@ def get_train_inputs(wildcards):
 
 
 def get_final_outputs():
-    """Evaluation and report figures of every experiment."""
-    return expand(
-        [
-            "results/{experiment}/evaluation.json",
-            "results/{experiment}/plots/learning_curves.png",
-            "results/{experiment}/plots/confusion_matrix.png",
-        ],
-        experiment=config["experiments"],
-    )
+    """Evaluation and report figures of every experiment; a confusion matrix for single-label data only."""
+    outputs = []
+    for name, entry in config["experiments"].items():
+        outputs += [
+            f"results/{name}/evaluation.json",
+            f"results/{name}/plots/learning_curves.png",
+            f"results/{name}/plots/per_class.png",
+        ]
+        if task_of(config["datasets"][entry["dataset"]]) == "single-label":
+            outputs.append(f"results/{name}/plots/confusion_matrix.png")
+    return outputs

@@ -28,3 +28,19 @@ rule plot_confusion_matrix:
     localrule: True
     run:
         steps.confusion_matrix_rule(wildcards, input, output, log)
+
+
+rule plot_per_class:
+    input:
+        evaluation="results/{experiment}/evaluation.json",
+    output:
+        plot=report(
+            "results/{experiment}/plots/per_class.png",
+            caption="../report/per_class.rst",
+            category="{experiment}",
+        ),
+    log:
+        "logs/plot_per_class/{experiment}.log",
+    localrule: True
+    run:
+        steps.per_class_rule(wildcards, input, output, log)
