@@ -21,15 +21,15 @@ from tfrecord_read import example, records
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
-EXPERIMENT = {"image": "hvdflow-cpu", "ranks": 2, "model": "small-cnn", "hidden_units": 32, "epochs": 6,
-              "batch_size": 8, "learning_rate": 0.01}
+EXPERIMENT = {"image": "hvdflow-cpu", "ranks": 2, "model": "small-cnn", "hidden_units": 32, "epochs": 12,
+              "batch_size": 4, "learning_rate": 0.01}
 
 
 @pytest.fixture(scope="module")
 def raw(hpc_user: HpcUser) -> dict:  # type: ignore[type-arg]
     """The four datasets, written once, owned by the user."""
     base = hpc_user.home / "hvdflow-tests" / "raw-data"
-    written = {"v1": write_ben_v1(base / "v1", 48), "v2": write_ben_v2(base / "v2", 40),
+    written = {"v1": write_ben_v1(base / "v1", 60), "v2": write_ben_v2(base / "v2", 60),
                "cells": write_image_folder(base / "cells", 16), "sequences": write_image_folder(base / "seq", 12,
                                                                                                   sequence=True)}
     _chown_tree(base, hpc_user.uid, hpc_user.gid)
@@ -68,7 +68,7 @@ def trained(hpc_user: HpcUser, registry: Registry, udocker_dir: Path, raw: dict)
 def test_bigearthnet_v1_counts_exclusions_and_19_class_labels(trained: Pipeline, raw: dict) -> None:  # type: ignore[type-arg]
     index = trained.json("resources/datasets/ben_v1/index.json")
     assert index["excluded"] == {"seasonal_snow": 1, "cloud_or_shadow": 1, "no_19_class_label": 1}
-    assert sum(s["records"] for s in index["splits"].values()) == 48
+    assert sum(s["records"] for s in index["splits"].values()) == 60
     assert index["class_names"] == list(LABELS_19) and index["task"] == "multi-label"
     assert index["feature_shape"] == [120, 120, 12] and index["channel_names"] == list(BANDS)
     assert index["preparation"]["chunks"] == 2 and index["skipped"]["count"] == 0
@@ -114,7 +114,8 @@ def test_each_model_learns_the_planted_signal(trained: Pipeline) -> None:
         assert evaluation["mean_average_precision"] >= 0.8, (name, evaluation["mean_average_precision"])
         planted = {"Coniferous forest", "Pastures", "Marine waters"}
         assert {c for c, m in evaluation["per_class"].items() if m["support"]} == planted
-        assert all(evaluation["per_class"][c]["f1"] >= 0.7 for c in planted), evaluation["per_class"]
+        f1 = {c: evaluation["per_class"][c]["f1"] for c in planted}
+        assert min(f1.values()) >= 0.7, (name, f1)
     for name in ("cells", "sequences"):
         evaluation = trained.json(f"results/{name}/evaluation.json")
         assert evaluation["accuracy"] >= 0.8, (name, evaluation["accuracy"])   # chance is 0.5
@@ -138,7 +139,7 @@ def test_a_bad_band_file_is_named_or_skipped_and_counted(hpc_user: HpcUser, regi
                                                         tmp_path: Path) -> None:
     base = hpc_user.home / "hvdflow-tests" / "raw-bad"
     v1 = write_ben_v1(base, 10, seed=4)
-    victim = sorted(v1.labels)[2]
+    victim = sorted(n for n in v1.labels if n not in (v1.snow, v1.cloud, v1.no_label))[2]
     broken = v1.root / victim / f"{victim}_B8A.tif"
     broken.write_bytes(b"this is not a TIFF")
     _chown_tree(base, hpc_user.uid, hpc_user.gid)
@@ -155,7 +156,8 @@ def test_a_bad_band_file_is_named_or_skipped_and_counted(hpc_user: HpcUser, regi
     assert proc.returncode == 0, proc.stderr[-5000:]
     index = pipeline.json("resources/datasets/bad/index.json")
     assert index["skipped"]["count"] == 1 and index["skipped"]["samples"][0]["path"] == str(broken)
-    assert sum(s["records"] for s in index["splits"].values()) == 10 - 1 + 1 - 1   # 10 + no-label one - its exclusion - the bad one
+    # no snow or cloud list given this time: 10 labelled + the snowy + the cloudy patch, less the bad one
+    assert sum(s["records"] for s in index["splits"].values()) == 10 + 2 - 1
     assert index["excluded"]["no_19_class_label"] == 1
 
 

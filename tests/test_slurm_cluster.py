@@ -186,3 +186,36 @@ def test_stop_removes_only_what_start_made_and_start_is_idempotent(cluster: Any)
         subprocess.run(["ip", "link", "del", "hvdtb-foreign"], check=False)
         conf.unlink(missing_ok=True)
         testbed.start(cluster)
+
+
+def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any, hpc_user: HpcUser,
+                                                                    registry: Registry, udocker_dir: Path) -> None:
+    from dataset_files import write_ben_v1
+
+    from conftest import _chown_tree
+
+    base = hpc_user.home / "hvdflow-tests" / "raw-slurm"
+    raw = write_ben_v1(base, 40, seed=9)
+    _chown_tree(base, hpc_user.uid, hpc_user.gid)
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    config_file = pipeline.root / "config" / "config.yaml"
+    config_file.write_text(yaml.safe_dump({
+        "datasets": {"ben": {"source": "bigearthnet-v1", "path": str(raw.root), "image": "hvdflow-cpu", "chunks": 2,
+                             "seasonal_snow_list": str(raw.snow_list), "cloud_shadow_list": str(raw.cloud_list),
+                             "validation_fraction": 0.2, "test_fraction": 0.25, "seed": 3, "shard_size_mb": 1}},
+        "experiments": {"ben": {"dataset": "ben", "image": "hvdflow-cpu", "ranks": 2, "nodes": 2, "model": "small-cnn",
+                                "hidden_units": 32, "epochs": 6, "batch_size": 8, "learning_rate": 0.01}}}))
+    proc = pipeline.snakemake(profile="testbed")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    output = proc.stdout + proc.stderr
+    for rule in ("list_dataset", "prepare_chunk", "train", "evaluate"):   # run as Slurm jobs, not on the login node
+        assert f"rule {rule}:" in output and f"localrule {rule}:" not in output, rule
+    index = pipeline.json("resources/datasets/ben/index.json")
+    assert index["excluded"] == {"seasonal_snow": 1, "cloud_or_shadow": 1, "no_19_class_label": 1}
+    assert sum(s["records"] for s in index["splits"].values()) == 40
+    record = pipeline.json("results/ben/run.json")
+    assert sorted(r["hostname"] for r in record["ranks"]) == ["n1", "n2"]
+    assert {host: part["bytes"] > 0 for host, part in record["slurm"]["staging"].items()} == {"n1": True, "n2": True}
+    evaluation = pipeline.json("results/ben/evaluation.json")
+    assert evaluation["micro"]["f1"] >= 0.8, evaluation["micro"]
+    assert node_scratch_leftovers(cluster) == []
