@@ -8,8 +8,10 @@ Run as the ordinary user in a pipeline working directory where the image is pull
 1. Writes a BigEarthNet v1 folder of ``--patches`` patches (12 real GeoTIFF bands at their native sizes and label
    JSON, the writers the tests use) and lists it into 2 chunks.
 2. Prepares both chunks one job at a time, then both at once (each job is its own ``udocker run``, as Snakemake
-   starts them), ``--reps`` times interleaved. Prints patches/s and MB/s of input files, by wall time, and the
-   in-container time of the chunk jobs (the rest is udocker and interpreter start-up).
+   starts them), each way free to use both CPUs and pinned (job i and its udocker, proot and Python on CPU i),
+   ``--reps`` times interleaved. Prints patches/s and MB/s of input files, by wall time, and the in-container time
+   of the chunk jobs (which includes importing TensorFlow). Pinned runs show what proot's system-call tracing costs
+   when the tracer and the traced process land on different CPUs.
 3. Measures the records/s one rank's training input pipeline delivers (shards read, decoded, normalised, batched;
    no model), for 1 rank and for rank 0 of 2, and trains the small CNN with 2 ranks to get the step rate.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -34,17 +38,20 @@ from hvdflow.profile import load_profile  # noqa: E402
 from hvdflow.steps import runtime_for  # noqa: E402
 
 
-def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, log: Path) -> tuple[float, list[dict]]:  # type: ignore[no-untyped-def,type-arg]
-    """Prepare chunks 0 and 1 with ``jobs`` at a time; the wall time and the chunks' reports."""
+def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, log: Path) -> tuple[float, list[dict]]:  # type: ignore[no-untyped-def,type-arg]
+    """Prepare chunks 0 and 1 with ``jobs`` at a time (with ``pinned``, job i and its udocker, proot and Python on
+    CPU i mod 2); the wall time and the chunks' reports."""
     for i in range(2):
-        if (out / f"chunk-{i}").exists():
-            import shutil
+        shutil.rmtree(out / f"chunk-{i}", ignore_errors=True)
 
-            shutil.rmtree(out / f"chunk-{i}")
+    def one(i: int) -> None:
+        if pinned:   # the calling thread's affinity, inherited by the processes it starts
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[i % jobs]})
+        prepare_chunk(runtime, manifest, i, out / f"chunk-{i}", log.with_suffix(f".{i}.log"))
+
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(lambda i: prepare_chunk(runtime, manifest, i, out / f"chunk-{i}", log.with_suffix(f".{i}.log")),
-                      range(2)))
+        list(pool.map(one, range(2)))
     wall = time.perf_counter() - start
     return wall, [json.loads((out / f"chunk-{i}" / "report.json").read_text()) for i in range(2)]
 
@@ -79,23 +86,26 @@ def main() -> None:
                 "seed": 1, "chunks": 2, "shard_size_mb": 20, "skip_bad_samples": False}
         out = base / "dataset"
         list_dataset(runtime, spec, 2, out / "manifest", base / "list.log")
-        print(f"{'jobs':>4} {'rep':>3} {'wall s':>7} {'patches/s':>10} {'MB/s':>7} {'in-container s':>15}")
-        rows: dict[int, list[tuple[float, float, float]]] = {1: [], 2: []}
+        modes = [(1, False), (1, True), (2, False), (2, True)]
+        print(f"{'mode':18} {'rep':>3} {'wall s':>7} {'patches/s':>10} {'MB/s':>7} {'in-container s':>15}")
+        rows: dict[str, list[tuple[float, float, float]]] = {}
         for rep in range(args.reps):
-            for jobs in (1, 2):
-                wall, reports = prepare_chunks(runtime, out / "manifest", out, jobs, base / "chunk.log")
+            for jobs, pinned in modes:
+                name = f"{jobs} job{'s' if jobs > 1 else ''}{', pinned' if pinned else ''}"
+                wall, reports = prepare_chunks(runtime, out / "manifest", out, jobs, pinned, base / "chunk.log")
                 patches = sum(int(r["samples"]) for r in reports)
                 megabytes = sum(int(r["input_bytes"]) for r in reports) / 1e6
                 inside = [float(r["seconds"]) for r in reports]
-                rows[jobs].append((wall, patches / wall, megabytes / wall))
-                print(f"{jobs:>4} {rep:>3} {wall:7.2f} {patches / wall:10.1f} {megabytes / wall:7.2f} "
+                rows.setdefault(name, []).append((wall, patches / wall, megabytes / wall))
+                print(f"{name:18} {rep:>3} {wall:7.2f} {patches / wall:10.1f} {megabytes / wall:7.2f} "
                       f"{' + '.join(f'{s:.1f}' for s in inside):>15}", flush=True)
         index = gather_dataset(out / "manifest", [out / "chunk-0", out / "chunk-1"], out)
-        medians = {jobs: [statistics.median(r[i] for r in values) for i in range(3)] for jobs, values in rows.items()}
+        medians = {name: [statistics.median(r[i] for r in values) for i in range(3)] for name, values in rows.items()}
         print()
-        for jobs, (wall, pps, mbs) in medians.items():
-            print(f"median, {jobs} job(s) at a time: {wall:.2f} s, {pps:.1f} patches/s, {mbs:.2f} MB/s")
-        print(f"2 jobs / 1 job: {medians[2][1] / medians[1][1]:.2f}x patches/s")
+        for name, (wall, pps, mbs) in medians.items():
+            print(f"median, {name:18}: {wall:6.2f} s, {pps:6.1f} patches/s, {mbs:6.2f} MB/s")
+        print(f"2 jobs / 1 job: {medians['2 jobs'][1] / medians['1 job'][1]:.2f}x patches/s; pinned: "
+              f"{medians['2 jobs, pinned'][1] / medians['1 job, pinned'][1]:.2f}x")
         shard_mb = sum(int(s["bytes"]) for split in index["splits"].values() for s in split["shards"]) / 1e6
         print(f"{patches} patches, {megabytes:.1f} MB of GeoTIFF and JSON in, {shard_mb:.1f} MB of shards out")
         print()

@@ -66,9 +66,10 @@ def random_labels(rng: np.random.RandomState) -> list[str]:
 
 
 def v1_name(number: int) -> str:
-    """A v1 patch name; every third one has the 5-digit time some real names have, and indices are not padded."""
+    """A v1 patch name (unique below 10,000); every third one has the 5-digit time some real names have, and the
+    patch indices have 1 or 2 digits, not zero-padded, as in the archive."""
     time = "93020" if number % 3 == 0 else "101031"
-    return f"S2{'AB'[number % 2]}_MSIL2A_20170613T{time}_{number % 7}_{number}"
+    return f"S2{'AB'[number % 2]}_MSIL2A_20170613T{time}_{number // 100}_{number % 100}"
 
 
 @dataclass
@@ -141,10 +142,10 @@ def write_ben_v2(base: Path, count: int, seed: int = 1) -> BenV2:
     return data
 
 
-def write_image_folder(root: Path, per_class: int, sequence: bool = False, frames: int = 3) -> list[str]:
-    """Two classes of 16x16 images: 8-bit RGB PNGs whose class brightens the red or blue channel; or, in sequence
-    mode, folders of 16-bit grey TIFF frames whose class makes the later frames brighter or darker. Returns the
-    class names."""
+def write_image_folder(root: Path, per_class: int, sequence: bool = False, frames: int = 3, size: int = 16) -> list[str]:
+    """Two classes of ``size`` x ``size`` images: 8-bit RGB PNGs whose class brightens the red or blue channel; or,
+    in sequence mode, folders of 16-bit grey TIFF frames whose class makes the later frames brighter or darker.
+    Returns the class names."""
     import tifffile
     from PIL import Image
 
@@ -157,11 +158,11 @@ def write_image_folder(root: Path, per_class: int, sequence: bool = False, frame
                 folder.mkdir(parents=True)
                 for t in range(frames):
                     trend = (1 if label else -1) * 400 * t
-                    frame = (2000 + trend + rng.randint(0, 100, (16, 16))).astype("uint16")
+                    frame = (2000 + trend + rng.randint(0, 100, (size, size))).astype("uint16")
                     tifffile.imwrite(folder / f"frame_{t + 1}.tif", frame)   # frame_1 .. frame_N, sorted by number
             else:
                 (root / name).mkdir(parents=True, exist_ok=True)
-                pixels = rng.randint(0, 60, (16, 16, 3))
+                pixels = rng.randint(0, 60, (size, size, 3))
                 pixels[..., 0 if label == 0 else 2] += 150
                 Image.fromarray(pixels.astype("uint8"), "RGB").save(root / name / f"img{i:03d}.png")
     return classes

@@ -30,7 +30,7 @@ def raw(hpc_user: HpcUser) -> dict:  # type: ignore[type-arg]
     """The four datasets, written once, owned by the user."""
     base = hpc_user.home / "hvdflow-tests" / "raw-data"
     written = {"v1": write_ben_v1(base / "v1", 60), "v2": write_ben_v2(base / "v2", 60),
-               "cells": write_image_folder(base / "cells", 16), "sequences": write_image_folder(base / "seq", 12,
+               "cells": write_image_folder(base / "cells", 16, size=32), "sequences": write_image_folder(base / "seq", 12,
                                                                                                   sequence=True)}
     _chown_tree(base, hpc_user.uid, hpc_user.gid)
     return {"base": base, **written}
@@ -58,8 +58,9 @@ def configure(pipeline: Pipeline, datasets: dict, experiments: dict) -> None:  #
 def trained(hpc_user: HpcUser, registry: Registry, udocker_dir: Path, raw: dict) -> Iterator[Pipeline]:  # type: ignore[type-arg]
     """One snakemake call: four datasets prepared in 2 chunks each, a model trained and evaluated on each."""
     pipeline = Pipeline(hpc_user, registry, udocker_dir)
-    configure(pipeline, dataset_config(raw), {name: {"dataset": name, **EXPERIMENT}
-                                              for name in ("ben_v1", "ben_v2", "cells", "sequences")})
+    experiments = {name: {"dataset": name, **EXPERIMENT} for name in ("ben_v1", "ben_v2", "cells", "sequences")}
+    experiments["cells_resnet"] = {**EXPERIMENT, "dataset": "cells", "model": "resnet50", "epochs": 1}
+    configure(pipeline, dataset_config(raw), experiments)
     proc = pipeline.snakemake()
     assert proc.returncode == 0, proc.stderr[-6000:]
     yield pipeline
@@ -123,6 +124,10 @@ def test_each_model_learns_the_planted_signal(trained: Pipeline) -> None:
         assert (trained.root / f"results/{name}/plots/per_class.png").read_bytes().startswith(PNG)
         assert trained.json(f"results/{name}/run.json")["ranks"][1]["rank"] == 1
     assert not (trained.root / "results/ben_v1/plots/confusion_matrix.png").exists()
+    # ResNet-50 (BatchNorm statistics averaged over the ranks, or the ranks would end different and the run fail)
+    resnet = trained.json("results/cells_resnet/run.json")
+    assert len({r["weights_sha256"] for r in resnet["ranks"]}) == 1 and resnet["config"]["experiment"]["model"] == "resnet50"
+    assert trained.json("results/cells_resnet/evaluation.json")["samples"] == 8
     sequences = trained.json("resources/datasets/sequences/index.json")
     assert sequences["feature_shape"] == [16, 16, 3] and sequences["frames"] == 3
 

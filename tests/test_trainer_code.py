@@ -13,7 +13,7 @@ from hvdflow_trainer.sources.common import split_indices
 TRAINER = Path(__file__).resolve().parents[1] / "src" / "hvdflow_trainer"
 
 
-@pytest.mark.parametrize("path", sorted(TRAINER.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(TRAINER.rglob("*.py")), ids=lambda p: str(p.relative_to(TRAINER)))
 def test_parses_as_python_3_8(path: Path) -> None:
     ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
 

@@ -66,9 +66,10 @@ def input_paths(entry: Mapping[str, Any]) -> list[str]:
 
 
 def bind_paths(spec: Mapping[str, Any]) -> list[Path]:
-    """Host folders the container must see to read a resolved spec's data: the data folder and the lists' folders."""
-    paths = [Path(v) for v in _paths(spec).values()]
-    return sorted({p if p.is_dir() else p.parent for p in paths})
+    """Host folders the container must see to read a resolved spec's data: the data folder and the lists' folders,
+    without those inside another one."""
+    folders = {p if p.is_dir() else p.parent for p in (Path(v) for v in _paths(spec).values())}
+    return sorted(f for f in folders if not any(other in f.parents for other in folders))
 
 
 def task_of(entry: Mapping[str, Any]) -> str:
