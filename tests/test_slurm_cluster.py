@@ -195,7 +195,7 @@ def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any
     from conftest import _chown_tree
 
     base = hpc_user.home / "hvdflow-tests" / "raw-slurm"
-    raw = write_ben_v1(base, 40, seed=9)
+    raw = write_ben_v1(base, 60, seed=9)
     _chown_tree(base, hpc_user.uid, hpc_user.gid)
     pipeline = Pipeline(hpc_user, registry, udocker_dir)
     config_file = pipeline.root / "config" / "config.yaml"
@@ -204,7 +204,7 @@ def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any
                              "seasonal_snow_list": str(raw.snow_list), "cloud_shadow_list": str(raw.cloud_list),
                              "validation_fraction": 0.2, "test_fraction": 0.25, "seed": 3, "shard_size_mb": 1}},
         "experiments": {"ben": {"dataset": "ben", "image": "hvdflow-cpu", "ranks": 2, "nodes": 2, "model": "small-cnn",
-                                "hidden_units": 32, "epochs": 6, "batch_size": 8, "learning_rate": 0.01}}}))
+                                "hidden_units": 32, "epochs": 12, "batch_size": 4, "learning_rate": 0.01}}}))
     proc = pipeline.snakemake(profile="testbed")
     assert proc.returncode == 0, proc.stderr[-8000:]
     output = proc.stdout + proc.stderr
@@ -212,7 +212,7 @@ def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any
         assert f"rule {rule}:" in output and f"localrule {rule}:" not in output, rule
     index = pipeline.json("resources/datasets/ben/index.json")
     assert index["excluded"] == {"seasonal_snow": 1, "cloud_or_shadow": 1, "no_19_class_label": 1}
-    assert sum(s["records"] for s in index["splits"].values()) == 40
+    assert sum(s["records"] for s in index["splits"].values()) == 60
     record = pipeline.json("results/ben/run.json")
     assert sorted(r["hostname"] for r in record["ranks"]) == ["n1", "n2"]
     assert {host: part["bytes"] > 0 for host, part in record["slurm"]["staging"].items()} == {"n1": True, "n2": True}
