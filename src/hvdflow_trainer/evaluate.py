@@ -6,8 +6,7 @@ import argparse
 from typing import Dict, List, Optional
 
 from .metrics import multi_label_metrics, single_label_metrics
-from .records import parse_fn, read_index, verified_shards
-from .train import write_json
+from .records import parse_fn, read_index, verified_shards, write_json
 
 TASKS = ("single-label", "multi-label")
 

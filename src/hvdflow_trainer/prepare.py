@@ -24,18 +24,13 @@ import time
 from typing import Dict, List, Optional
 
 from .channel_stats import ChannelStats
-from .records import FORMAT, ShardWriter, write_index
+from .records import FORMAT, ShardWriter, write_index, write_json
 from .sources import adapter
 from .sources.common import SPLITS, BadSample, Excluded, PrepareError, ordered
 
 DATASET_FILE = "dataset.json"
 REPORT_FILE = "report.json"
 SKIPPED_LISTED = 1000  # bad samples listed by path in the index; all are counted
-
-
-def _dump(path: str, data: object) -> None:
-    with open(path, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
 
 
 def _load(path: str) -> Dict[str, object]:
@@ -72,10 +67,10 @@ def list_dataset(spec: Dict[str, object], chunks: int, out_dir: str) -> Dict[str
     partial = _fresh(out_dir)
     bounds = [len(samples) * i // chunks for i in range(chunks + 1)]
     for i in range(chunks):
-        _dump(os.path.join(partial, chunk_file(i)), samples[bounds[i]:bounds[i + 1]])
+        write_json(os.path.join(partial, chunk_file(i)), samples[bounds[i]:bounds[i + 1]])
     counts = {split: sum(1 for s in samples if s["split"] == split) for split in SPLITS}
     summary = dict(listing, spec=spec, chunks=chunks, listed=counts, listing_seconds=round(time.time() - started, 3))
-    _dump(os.path.join(partial, DATASET_FILE), summary)
+    write_json(os.path.join(partial, DATASET_FILE), summary)
     _publish(partial, out_dir)
     return summary
 
@@ -121,7 +116,7 @@ def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str) -> Dict[str, obje
     report = {"chunk": chunk, "samples": len(samples), "splits": splits, "train_stats": stats.to_json(),
               "excluded": excluded, "skipped": skipped, "input_bytes": input_bytes,
               "seconds": round(time.time() - started, 3)}
-    _dump(os.path.join(partial, REPORT_FILE), report)
+    write_json(os.path.join(partial, REPORT_FILE), report)
     _publish(partial, out_dir)
     return report
 

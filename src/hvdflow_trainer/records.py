@@ -83,12 +83,17 @@ class ShardWriter:
         return self.entries
 
 
+def write_json(path: str, data: object) -> None:
+    """Write ``data`` as JSON atomically (a temporary file beside ``path``, then renamed)."""
+    tmp = os.path.join(os.path.dirname(path), ".%s.tmp" % os.path.basename(path))
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
 def write_index(out_dir: str, index: Dict[str, object]) -> None:
     """Write ``index.json`` last and atomically: a dataset without it is not complete."""
-    tmp = os.path.join(out_dir, ".%s.tmp" % INDEX)
-    with open(tmp, "w") as handle:
-        json.dump(index, handle, indent=2, sort_keys=True)
-    os.replace(tmp, os.path.join(out_dir, INDEX))
+    write_json(os.path.join(out_dir, INDEX), index)
 
 
 def read_index(dataset_dir: str) -> Dict[str, object]:

@@ -9,7 +9,6 @@ the sha256 of its final weights); rank 0 writes the model, ``history.csv``, Tens
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import socket
@@ -18,7 +17,7 @@ import time
 from typing import Dict, List, Optional
 
 from .input_plan import plan_input
-from .records import parse_fn, read_index, verified_shards
+from .records import parse_fn, read_index, verified_shards, write_json
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
@@ -29,14 +28,6 @@ def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
     for array in weights:
         sha.update(array.tobytes())
     return sha.hexdigest()
-
-
-def write_json(path: str, data: Dict[str, object]) -> None:
-    """Write ``data`` as JSON atomically."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: int, size: int, batch: int,
