@@ -23,6 +23,14 @@ def read_history(path: Path) -> dict[str, list[float]]:
     return {key: [float(row[key]) for row in rows] for key in rows[0]}
 
 
+def save(fig: plt.Figure, out: Path) -> None:
+    """Lay out ``fig``, write it to ``out`` as PNG (creating the folder) and release it."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+
+
 def plot_learning_curves(history_csv: Path, out: Path, title: str) -> None:
     """Loss and accuracy per epoch, training and validation, side by side."""
     history = read_history(history_csv)
@@ -36,10 +44,7 @@ def plot_learning_curves(history_csv: Path, out: Path, title: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(f"{title}: learning curves")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, out)
 
 
 def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
@@ -64,10 +69,7 @@ def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
     table_ax.table(cellText=cells, colLabels=["class", "precision", "recall", "support"], loc="center")
     table_ax.set_title(f"test accuracy {evaluation['accuracy']:.4f} on {evaluation['samples']} samples")
     fig.suptitle(f"{title}: test set")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, out)
 
 
 def wrap_label(name: str, width: int = 36, lines: int = 2) -> str:
@@ -116,7 +118,4 @@ def plot_per_class(evaluation_json: Path, out: Path, title: str) -> None:
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(series), frameon=False, fontsize=8)
     fig.suptitle(f"{title}: per-class scores on the test set ({evaluation['samples']} samples)\n{summary}", fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    save(fig, out)
