@@ -32,10 +32,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from dataset_files import BANDS, write_ben_v1  # noqa: E402
-from hvdflow.launch import STEP_TIMEOUT, run_one  # noqa: E402
-from hvdflow.pipeline import TrainSpec, gather_dataset, list_dataset, prepare_chunk, train  # noqa: E402
-from hvdflow.profile import load_profile  # noqa: E402
-from hvdflow.steps import runtime_for  # noqa: E402
+from hvdflow.config.experiment import TrainSpec  # noqa: E402
+from hvdflow.config.profile import load_profile  # noqa: E402
+from hvdflow.launch.supervise import STEP_TIMEOUT, run_one  # noqa: E402
+from hvdflow.pipeline.stages import gather_dataset, list_dataset, prepare_chunk, train  # noqa: E402
+from hvdflow.pipeline.steps import runtime_for  # noqa: E402
 
 
 def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, log: Path) -> tuple[float, list[dict]]:  # type: ignore[no-untyped-def,type-arg]

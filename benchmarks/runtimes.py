@@ -17,9 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hvdflow.pipeline import TrainSpec, train
-from hvdflow.profile import load_profile
-from hvdflow.steps import runtime_for
+from hvdflow.config.experiment import TrainSpec
+from hvdflow.config.profile import load_profile
+from hvdflow.pipeline.stages import train
+from hvdflow.pipeline.steps import runtime_for
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ export PYTHONPATH="$HVDFLOW_ROOT/src"
 
 state=/var/lib/hvdflow-demo
 mkdir -p "$state/logs"
-port=$("$root_venv/bin/python" -c 'from hvdflow.registry_server import free_port; print(free_port())')
+port=$("$root_venv/bin/python" -c 'from hvdflow.testbed.registry_server import free_port; print(free_port())')
 "$root_venv/bin/python" -m hvdflow registry serve --state-dir "$state/registry" --port "$port" > "$state/logs/registry.out" 2>&1 &
 registry_pid=$!
 trap 'kill $registry_pid 2>/dev/null; wait $registry_pid 2>/dev/null || true' EXIT

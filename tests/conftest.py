@@ -23,10 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from helpers import build_tiny_layout  # noqa: E402
-
-from hvdflow.build.image import BuiltImage, build_image, push_image  # noqa: E402
-from hvdflow.catalog import load_catalog  # noqa: E402
-from hvdflow.registry_server import start_registry  # noqa: E402
+from hvdflow.images.build.image import BuiltImage, build_image, push_image  # noqa: E402
+from hvdflow.images.catalog import load_catalog  # noqa: E402
+from hvdflow.testbed.registry_server import start_registry  # noqa: E402
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
 WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles")

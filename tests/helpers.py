@@ -8,8 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hvdflow.build.image import BuiltImage
-from hvdflow.build.oci import ImageConfig, assemble_layout, publish_layout, write_layer_bytes
+from hvdflow.images.build.image import BuiltImage
+from hvdflow.images.build.oci import ImageConfig, assemble_layout, publish_layout, write_layer_bytes
 
 BUSYBOX = Path("/bin/busybox")
 APPLETS = ("sh", "true", "cat", "ls")

@@ -6,7 +6,9 @@ import json
 import shutil
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
 
@@ -27,7 +29,8 @@ class Pipeline:
             shutil.copytree(REPO / ".git", self.root / ".git")  # so the run record names the commit
         _chown_tree(self.root, user.uid, user.gid)
 
-    def snakemake(self, *args: str, profile: str = "local", extra_env: dict[str, str] = {}) -> subprocess.CompletedProcess[str]:
+    def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
+                  ) -> subprocess.CompletedProcess[str]:
         """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree; capture its output."""
         env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
         proc = subprocess.run(["runuser", "-u", self.user.name, "--", "env", "-i",

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hvdflow.catalog import get_image, load_catalog
 from hvdflow.errors import ConfigError
-from hvdflow.recipe import load_recipe
+from hvdflow.images.catalog import get_image, load_catalog
+from hvdflow.images.recipe import load_recipe
 
 CATALOG = REPO / "containers" / "catalog.yaml"
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hvdflow.filelock import LockTimeout, exclusive_lock
+from hvdflow.files.filelock import LockTimeout, exclusive_lock
 
 HOLD = """
 import sys, time
 sys.path.insert(0, {src!r})
 from pathlib import Path
-from hvdflow.filelock import exclusive_lock
+from hvdflow.files.filelock import exclusive_lock
 with exclusive_lock(Path({path!r}), 5, "test"):
     print("held", flush=True)
     time.sleep({seconds})

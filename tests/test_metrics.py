@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdflow.plots import plot_per_class, wrap_label
+from hvdflow.pipeline.plots import plot_per_class, wrap_label
 from hvdflow_trainer.metrics import average_precision, multi_label_metrics, single_label_metrics
 
 PNG = b"\x89PNG\r\n\x1a\n"

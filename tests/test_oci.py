@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hvdflow.build.oci import ImageConfig, LayerSpec, prefix_filter, write_oci_layout
+from hvdflow.images.build.oci import ImageConfig, LayerSpec, prefix_filter, write_oci_layout
 
 
 def _tree(root: Path) -> Path:

@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
-from hvdflow.build.image import BuiltImage
+from hvdflow.images.build.image import BuiltImage
 from pipeline_run import PNG, Pipeline
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]

@@ -6,15 +6,16 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
 from conftest import HpcUser, TinyRepo
 
 
-def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: dict[str, str] = {}):
+def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: Optional[dict[str, str]] = None):
     return user.hvdflow("image", "pull", "tiny", "--catalog", str(catalog), "--registry", registry,
-                        "--udocker-dir", str(udocker_dir), *extra, extra_env=env, timeout=300)
+                        "--udocker-dir", str(udocker_dir), *extra, extra_env=env or {}, timeout=300)
 
 
 def _containers(user: HpcUser, udocker_dir: Path) -> list[str]:
@@ -113,7 +114,7 @@ def test_missing_tag_and_missing_repository(hpc_user: HpcUser, tiny_repo: TinyRe
 
 
 def test_registry_down(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
-    from hvdflow.registry_server import free_port
+    from hvdflow.testbed.registry_server import free_port
 
     catalog = tiny_repo.catalog(hpc_user, "1.0")
     down = f"http://127.0.0.1:{free_port()}"

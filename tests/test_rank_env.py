@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hvdflow.rank_env import RankPlacement, horovod_gloo_env, placements
+from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env, placements
 
 
 def test_even_hosts() -> None:

@@ -190,9 +190,8 @@ def test_stop_removes_only_what_start_made_and_start_is_idempotent(cluster: Any)
 
 def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any, hpc_user: HpcUser,
                                                                     registry: Registry, udocker_dir: Path) -> None:
-    from dataset_files import write_ben_v1
-
     from conftest import _chown_tree
+    from dataset_files import write_ben_v1
 
     base = hpc_user.home / "hvdflow-tests" / "raw-slurm"
     raw = write_ben_v1(base, 60, seed=9)

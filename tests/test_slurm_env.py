@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from hvdflow.errors import LaunchError
-from hvdflow.rank_env import placements
-from hvdflow.rank_task import exit_reason
-from hvdflow.slurm_env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
-from hvdflow.slurm_launch import first_failed_rank, srun_failed_task
-from hvdflow.staging import read_reports
+from hvdflow.launch.rank_env import placements
+from hvdflow.slurm.env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
+from hvdflow.slurm.launch import first_failed_rank, srun_failed_task
+from hvdflow.slurm.rank_task import exit_reason
+from hvdflow.slurm.staging import read_reports
 
 
 @pytest.mark.parametrize("value, counts", [("2", [2]), ("2(x2)", [2, 2]), ("2(x2),1", [2, 2, 1]),

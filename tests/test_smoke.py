@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HpcUser, Registry
-from hvdflow.build.image import BuiltImage
+from hvdflow.images.build.image import BuiltImage
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dataset_files import BANDS, BAND_SIZE, band_pixels, write_ben_v1, write_ben_v2, write_geotiff, write_image_folder
-from hvdflow_trainer.channel_stats import ChannelStats
+from dataset_files import BAND_SIZE, BANDS, band_pixels, write_ben_v1, write_ben_v2, write_geotiff, write_image_folder
+from hvdflow_index import ChannelStats
 from hvdflow_trainer.input_plan import assign_shards, plan_input
 from hvdflow_trainer.sources import adapter
 from hvdflow_trainer.sources.bigearthnet_labels import LABELS_19, LABELS_43, old_to_new, v1_label_indices
@@ -211,7 +211,8 @@ def test_training_split_is_shuffled_once_and_other_splits_keep_order() -> None:
     samples = [{"id": str(i), "split": "train" if i < 50 else "test"} for i in range(60)]
     out = ordered(samples, 3)
     assert [s["id"] for s in out[50:]] == [str(i) for i in range(50, 60)]
-    assert sorted(int(s["id"]) for s in out[:50]) == list(range(50)) and [s["id"] for s in out[:50]] != [str(i) for i in range(50)]
+    assert sorted(int(s["id"]) for s in out[:50]) == list(range(50))
+    assert [s["id"] for s in out[:50]] != [str(i) for i in range(50)]
     assert ordered(samples, 3) == out
 
 

@@ -1,4 +1,4 @@
-"""The in-container package: Python 3.8 grammar (the official Horovod images), and its pure functions."""
+"""The in-container packages (trainer and index): Python 3.8 grammar (the official Horovod images), pure functions."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import pytest
 from hvdflow_trainer.metrics import single_label_metrics
 from hvdflow_trainer.sources.common import split_indices
 
-TRAINER = Path(__file__).resolve().parents[1] / "src" / "hvdflow_trainer"
+SRC = Path(__file__).resolve().parents[1] / "src"
+CONTAINER_CODE = sorted([*(SRC / "hvdflow_trainer").rglob("*.py"), *(SRC / "hvdflow_index").rglob("*.py")])
 
 
-@pytest.mark.parametrize("path", sorted(TRAINER.rglob("*.py")), ids=lambda p: str(p.relative_to(TRAINER)))
+@pytest.mark.parametrize("path", CONTAINER_CODE, ids=lambda p: str(p.relative_to(SRC)))
 def test_parses_as_python_3_8(path: Path) -> None:
     ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
 

@@ -7,9 +7,9 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from hvdflow.udocker_tools import TOOLS_RELEASE, build_tools_tarball
+from hvdflow.images.udocker_tools import TOOLS_RELEASE, build_tools_tarball
 
-WRAPPER = Path(__file__).resolve().parents[1] / "src" / "hvdflow" / "udocker_tools" / "proot"
+WRAPPER = Path(__file__).resolve().parents[1] / "src" / "hvdflow" / "images" / "udocker_tools" / "proot"
 
 
 def test_tarball_has_the_wrapper_and_version(tmp_path: Path) -> None:

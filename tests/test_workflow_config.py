@@ -63,7 +63,8 @@ def _edit(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
      "experiments.demo.dataset: 'mnist' is not a key of datasets (digits)"),
     (lambda c: c["datasets"]["digits"].update(source="imagenet"),
      "'imagenet' is not one of ['sklearn-digits', 'bigearthnet-v1', 'bigearthnet-v2', 'image-folder']"),
-    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v1"), "datasets.digits.path is required for source bigearthnet-v1"),
+    (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v1"),
+     "datasets.digits.path is required for source bigearthnet-v1"),
     (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v2", path="config"),
      "datasets.digits.metadata is required for source bigearthnet-v2"),
     (lambda c: c["datasets"]["digits"].update(source="bigearthnet-v2", path="config", metadata="config/config.yaml",
@@ -125,7 +126,7 @@ class _Resources(dict):  # type: ignore[type-arg]
 def _train_resources(dry_run_output: str) -> _Resources:
     """The train job's evaluated resources, from the ``resources:`` line Snakemake prints in a dry run."""
     block = dry_run_output.split("rule train:", 1)[1]
-    line = next(l for l in block.splitlines() if l.strip().startswith("resources:"))
+    line = next(text for text in block.splitlines() if text.strip().startswith("resources:"))
     resources = _Resources()
     for item in line.split("resources:", 1)[1].split(", "):
         key, value = item.strip().split("=", 1)
@@ -138,8 +139,8 @@ def train_command_lines(tree: Path, profile: str) -> str:
     from snakemake_executor_plugin_slurm.submit_string import get_submit_command
     from snakemake_executor_plugin_slurm.utils import set_gres_string
 
-    from hvdflow.profile import load_profile
-    from hvdflow.slurm_launch import srun_argv
+    from hvdflow.config.profile import load_profile
+    from hvdflow.slurm.launch import srun_argv
 
     _edit(tree / "config" / "config.yaml", lambda c: c.update(experiments={"golden": GOLDEN_EXPERIMENT}))
     proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run", "--forceall")
@@ -155,7 +156,7 @@ def train_command_lines(tree: Path, profile: str) -> str:
     os.environ.setdefault("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     cluster = load_profile(tree / "profiles" / profile / "hvdflow.yaml").slurm
     assert cluster is not None
-    srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.rank_task", "TASK.json"])
+    srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"])
     return f"{' '.join(sbatch.split())}\n{' '.join(srun)}\n"
 
 

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from .catalog import EXECMODES, get_image, load_catalog
-from .errors import HvdflowError
-from .udocker import Udocker, allow_root_from_env
+from hvdflow.errors import HvdflowError
+from hvdflow.images.catalog import EXECMODES, get_image, load_catalog
+from hvdflow.images.udocker import Udocker, allow_root_from_env
 
 
 def default_udocker_dir() -> Path:
@@ -50,7 +50,7 @@ def _require_registry(args: argparse.Namespace) -> str:
 
 
 def _pull(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from .images import ensure_container, pull_image
+    from hvdflow.images.pull import ensure_container, pull_image
 
     catalog = load_catalog(args.catalog)
     spec = get_image(catalog, args.image, args.catalog)
@@ -69,7 +69,7 @@ def cmd_image_pull(args: argparse.Namespace) -> int:
 
 def cmd_image_build(args: argparse.Namespace) -> int:
     """Build an image from its recipe into the cache (root: mmdebstrap and chroot need it)."""
-    from .build.image import build_image
+    from hvdflow.images.build.image import build_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
     image = build_image(spec, args.log)
@@ -79,7 +79,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
 
 def cmd_image_push(args: argparse.Namespace) -> int:
     """Build (or take from the cache) an image and push it to a registry."""
-    from .build.image import build_image, push_image
+    from hvdflow.images.build.image import build_image, push_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
     image = build_image(spec, args.log)
@@ -90,7 +90,7 @@ def cmd_image_push(args: argparse.Namespace) -> int:
 
 def cmd_smoke(args: argparse.Namespace) -> int:
     """Pull the image and train the digits MLP with N ranks; print the summary."""
-    from .smoke import run_smoke
+    from hvdflow.pipeline.smoke import run_smoke
 
     udocker, record = _pull(args)
     summary = run_smoke(udocker, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
@@ -102,7 +102,7 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
     """Serve a registry on 127.0.0.1 until SIGTERM or SIGINT (for demos and tests)."""
     import signal
 
-    from .registry_server import start_registry
+    from hvdflow.testbed.registry_server import start_registry
 
     proc, url = start_registry(args.state_dir.resolve(), args.port)
     print(url, flush=True)
@@ -116,7 +116,7 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
 
 def cmd_testbed(args: argparse.Namespace) -> int:
     """Start, stop or show the test-bed Slurm cluster (root)."""
-    from . import testbed
+    from hvdflow import testbed
 
     layout = testbed.default_layout(args.base, args.nodes)
     if args.action == "start":

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Dict, List, Optional
 
+from hvdflow_index import read_index, verified_shards, write_json
+
 from .metrics import multi_label_metrics, single_label_metrics
-from .records import parse_fn, read_index, verified_shards, write_json
+from .records import parse_fn
 
 TASKS = ("single-label", "multi-label")
 

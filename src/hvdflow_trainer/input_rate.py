@@ -11,7 +11,8 @@ import json
 import time
 from typing import List, Optional
 
-from .records import read_index, verified_shards
+from hvdflow_index import read_index, verified_shards
+
 from .train import rank_dataset
 
 

@@ -5,8 +5,9 @@
    chunks, written as a manifest directory (``dataset.json`` plus ``chunk-<i>.json``).
 2. ``chunk``: one job per chunk reads its samples and writes them as shards of about the target size, with each
    shard's sha256 and record count, and the per-channel statistics of its training samples (``report.json``).
-3. :func:`gather` combines the chunks' reports into ``index.json``: shards in chunk order (so the records keep the
-   manifest's order), per-channel normalisation of the training split, exclusion and bad-sample counts.
+3. :func:`hvdflow_index.gather` (run by the host) combines the chunks' reports into ``index.json``: shards in chunk
+   order (so the records keep the manifest's order), per-channel normalisation of the training split, exclusion and
+   bad-sample counts.
 
 Every step writes into a ``.partial`` directory and renames it when complete; ``index.json`` is written last. A bad
 sample (missing, unreadable, wrong shape or type) stops the chunk with its path, unless ``skip_bad_samples`` is set:
@@ -23,14 +24,11 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from .channel_stats import ChannelStats
-from .records import FORMAT, ShardWriter, write_index, write_json
-from .sources import adapter
-from .sources.common import SPLITS, BadSample, Excluded, PrepareError, ordered
+from hvdflow_index import DATASET_FILE, REPORT_FILE, SPLITS, ChannelStats, PrepareError, write_json
 
-DATASET_FILE = "dataset.json"
-REPORT_FILE = "report.json"
-SKIPPED_LISTED = 1000  # bad samples listed by path in the index; all are counted
+from .records import ShardWriter
+from .sources import adapter
+from .sources.common import BadSample, Excluded, ordered
 
 
 def _load(path: str) -> Dict[str, object]:
@@ -119,60 +117,6 @@ def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str) -> Dict[str, obje
     write_json(os.path.join(partial, REPORT_FILE), report)
     _publish(partial, out_dir)
     return report
-
-
-def gather(manifest_dir: str, chunk_dirs: List[str], out_dir: str) -> Dict[str, object]:
-    """Combine the chunks' reports into ``out_dir/index.json`` (written last) and return the index.
-
-    ``chunk_dirs`` must lie inside ``out_dir``; shard paths in the index are relative to it.
-    """
-    summary = _load(os.path.join(manifest_dir, DATASET_FILE))
-    spec: Dict[str, object] = summary["spec"]  # type: ignore[assignment]
-    splits: Dict[str, Dict[str, object]] = {split: {"records": 0, "shards": []} for split in SPLITS}
-    stats = ChannelStats()
-    excluded: Dict[str, int] = dict(summary["excluded"])  # type: ignore[call-overload]
-    skipped: List[Dict[str, str]] = []
-    input_bytes, seconds = 0, []
-    for directory in chunk_dirs:
-        report = _load(os.path.join(directory, REPORT_FILE))
-        prefix = os.path.relpath(directory, out_dir)
-        for split, part in report["splits"].items():  # type: ignore[union-attr]
-            splits[split]["records"] += part["records"]  # type: ignore[operator]
-            splits[split]["shards"] += [dict(s, file="%s/%s" % (prefix, s["file"])) for s in part["shards"]]  # type: ignore[operator]
-        stats.merge(ChannelStats.from_json(report["train_stats"]))  # type: ignore[arg-type]
-        for reason, count in report["excluded"].items():  # type: ignore[union-attr]
-            excluded[reason] = excluded.get(reason, 0) + count
-        skipped += report["skipped"]  # type: ignore[arg-type]
-        input_bytes += int(report["input_bytes"])  # type: ignore[call-overload]
-        seconds.append(report["seconds"])
-    if not splits["train"]["records"]:
-        raise PrepareError("no training samples were prepared (records per split: %s)"
-                           % {k: v["records"] for k, v in splits.items()})
-    index = {
-        "format": FORMAT,
-        "dataset": spec.get("name"),
-        "source": spec["source"],
-        "task": summary["task"],
-        "num_classes": len(summary["class_names"]),  # type: ignore[arg-type]
-        "class_names": summary["class_names"],
-        "channel_names": summary["channel_names"],
-        "feature_shape": summary["feature_shape"],
-        "feature_dtype": summary["feature_dtype"],
-        "seed": spec["seed"],
-        "fractions": {"validation": spec["validation_fraction"], "test": spec["test_fraction"]},
-        "spec": spec,
-        "splits": splits,
-        "normalization": stats.normalization(),
-        "excluded": excluded,
-        "skipped": {"count": len(skipped), "samples": skipped[:SKIPPED_LISTED]},
-        "preparation": {"chunks": len(chunk_dirs), "input_bytes": input_bytes, "chunk_seconds": seconds,
-                        "listing_seconds": summary["listing_seconds"]},
-    }
-    for key in ("resampling", "frames"):
-        if summary.get(key) is not None:
-            index[key] = summary[key]
-    write_index(out_dir, index)
-    return index
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -1,4 +1,4 @@
-"""The prepared dataset format: sharded TFRecords plus ``index.json`` (counts, classes, sha256 of every shard).
+"""Writing and decoding the prepared dataset's TFRecord shards (the index itself: :mod:`hvdflow_index`).
 
 Each record holds ``x`` (the sample's pixels as raw bytes; shape and pixel type in the index) and ``y`` (int64 label
 indices; one for single-label data, several for multi-label data).
@@ -6,28 +6,10 @@ indices; one for single-label data, several for multi-label data).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from typing import Dict, List, Optional, Sequence
 
-FORMAT = "hvdflow-tfrecord-v2"
-INDEX = "index.json"
-
-
-class DatasetError(Exception):
-    """A prepared dataset is missing, incomplete or corrupt; the message names the file."""
-
-
-def sha256_file(path: str, chunk: int = 1 << 20) -> str:
-    """The sha256 hex digest of a file."""
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        block = handle.read(chunk)
-        while block:
-            sha.update(block)
-            block = handle.read(chunk)
-    return sha.hexdigest()
+from hvdflow_index import sha256_file
 
 
 def _record_bytes(array, labels: Sequence[int], dtype: str) -> bytes:  # type: ignore[no-untyped-def]
@@ -81,52 +63,6 @@ class ShardWriter:
         if self._writer is not None:
             self._finish()
         return self.entries
-
-
-def write_json(path: str, data: object) -> None:
-    """Write ``data`` as JSON atomically (a temporary file beside ``path``, then renamed)."""
-    tmp = os.path.join(os.path.dirname(path), ".%s.tmp" % os.path.basename(path))
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def write_index(out_dir: str, index: Dict[str, object]) -> None:
-    """Write ``index.json`` last and atomically: a dataset without it is not complete."""
-    write_json(os.path.join(out_dir, INDEX), index)
-
-
-def read_index(dataset_dir: str) -> Dict[str, object]:
-    """The index of a prepared dataset, or DatasetError naming what is wrong."""
-    path = os.path.join(dataset_dir, INDEX)
-    try:
-        with open(path) as handle:
-            index = json.load(handle)
-    except FileNotFoundError:
-        raise DatasetError("%s is missing: the dataset was not prepared (or not completely)" % path) from None
-    except ValueError as exc:
-        raise DatasetError("%s is not valid JSON: %s" % (path, exc)) from None
-    if index.get("format") != FORMAT:
-        raise DatasetError("%s has format %r, expected %r" % (path, index.get("format"), FORMAT))
-    return index
-
-
-def verified_shards(dataset_dir: str, index: Dict[str, object], split: str) -> List[str]:
-    """Paths of ``split``'s shards after checking each one's sha256 against the index."""
-    splits = index["splits"]  # type: ignore[index]
-    if split not in splits:  # type: ignore[operator]
-        raise DatasetError("%s has no split %r (it has %s)" % (os.path.join(dataset_dir, INDEX), split, sorted(splits)))  # type: ignore[arg-type]
-    paths = []
-    for shard in splits[split]["shards"]:  # type: ignore[index]
-        path = os.path.join(dataset_dir, shard["file"])
-        if not os.path.exists(path):
-            raise DatasetError("shard %s listed in the index is missing" % path)
-        actual = sha256_file(path)
-        if actual != shard["sha256"]:
-            raise DatasetError("shard %s has sha256 %s but the index says %s: the file is corrupt"
-                               % (path, actual, shard["sha256"]))
-        paths.append(path)
-    return paths
 
 
 def parse_fn(index: Dict[str, object], multi_label: Optional[bool] = None):  # type: ignore[no-untyped-def]

@@ -16,8 +16,10 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from hvdflow_index import read_index, verified_shards, write_json
+
 from .input_plan import plan_input
-from .records import parse_fn, read_index, verified_shards, write_json
+from .records import parse_fn
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]

@@ -6,12 +6,12 @@ from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
-from hvdflow import steps  # noqa: E402
-from hvdflow.catalog import load_catalog  # noqa: E402
-from hvdflow.datasets import check_dataset, input_paths, task_of  # noqa: E402
+from hvdflow.pipeline import steps  # noqa: E402
+from hvdflow.images.catalog import load_catalog  # noqa: E402
+from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
-from hvdflow.profile import load_profile  # noqa: E402
-from hvdflow.slurm_layout import (  # noqa: E402
+from hvdflow.config.profile import load_profile  # noqa: E402
+from hvdflow.slurm.layout import (  # noqa: E402
     check_layout,
     gres,
     job_task_resources,
@@ -78,7 +78,7 @@ def experiment(wildcards):
 
 
 def train_tasks(wildcards):
-    """The task resources of a training job (see hvdflow.slurm_layout.job_task_resources)."""
+    """The task resources of a training job (see hvdflow.slurm.layout.job_task_resources)."""
     entry = experiment(wildcards)
     return job_task_resources(entry["ranks"], entry["nodes"])
 

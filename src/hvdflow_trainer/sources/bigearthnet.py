@@ -17,7 +17,7 @@ import re
 from typing import Callable, Dict, List, Tuple
 
 from .bigearthnet_labels import LABELS_19, NOMENCLATURES, v1_label_indices
-from .common import BadSample, Excluded, PrepareError, SPLITS, assign_splits, read_image, read_name_list
+from .common import SPLITS, BadSample, Excluded, PrepareError, assign_splits, read_image, read_name_list
 
 BANDS = ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B11", "B12")
 BAND_SIZE = {"B01": 20, "B09": 20, "B02": 120, "B03": 120, "B04": 120, "B08": 120,

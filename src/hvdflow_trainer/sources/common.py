@@ -15,11 +15,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Sequence
 
-SPLITS = ("train", "validation", "test")
-
-
-class PrepareError(Exception):
-    """The dataset as a whole cannot be prepared (a missing folder, a bad metadata table); the message says where."""
+from hvdflow_index import SPLITS, PrepareError
 
 
 class BadSample(Exception):

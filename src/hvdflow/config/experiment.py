@@ -1,0 +1,45 @@
+"""One experiment of the config as the trainer takes it: ranks, nodes, model and optimiser settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from hvdflow.errors import LaunchError
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """What one experiment trains (config ``experiments.<name>``, less the dataset and image)."""
+
+    ranks: int
+    model: str
+    hidden_units: int
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    warmup_epochs: int
+    seed: int
+    nodes: int = 1
+    deterministic_allreduce: bool = True
+    shuffle_buffer: int = 10000
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise LaunchError(f"ranks must be at least 1, got {self.ranks}")
+        if not 1 <= self.nodes <= self.ranks:
+            raise LaunchError(f"nodes must be between 1 and ranks ({self.ranks}), got {self.nodes}")
+
+    @classmethod
+    def from_config(cls, entry: Mapping[str, Any]) -> "TrainSpec":
+        """The spec of a validated ``experiments.<name>`` entry (its other keys, dataset and image, are left out)."""
+        return cls(**{f.name: entry[f.name] for f in fields(cls) if f.name in entry})
+
+    def trainer_args(self) -> list[str]:
+        """The trainer's options for this experiment (the dataset and output folders are the launcher's)."""
+        return ["--model", self.model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
+                "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
+                "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed),
+                "--shuffle-buffer", str(self.shuffle_buffer)] + (
+                    ["--deterministic-allreduce"] if self.deterministic_allreduce else [])

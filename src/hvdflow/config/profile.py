@@ -1,0 +1,113 @@
+"""hvdflow's own settings of a cluster profile (``profiles/<cluster>/hvdflow.yaml``), validated strictly.
+
+Snakemake's ``config.yaml`` beside it maps rules to the cluster's scheduler; this file says how hvdflow runs there:
+which registry, runtime and udocker mode, where udocker keeps its files, which launcher and network interface.
+Values may use ``~``, ``$VARIABLE`` and ``${VARIABLE:-default}``; a variable that is not set and has no default is
+an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from hvdflow.errors import ConfigError
+from hvdflow.files.yamlfile import check_keys, expect, load_mapping
+from hvdflow.images.catalog import EXECMODES
+
+RUNTIMES = ("udocker", "native")
+LAUNCHERS = ("gloo", "mpi")
+SCHEDULERS = ("none", "slurm")
+_UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
+
+_REQUIRED = ("registry", "runtime", "launcher")
+_OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm")
+_SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
+_SLURM_OPTIONAL = ("srun_extra",)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The Slurm side of a cluster profile: node-local scratch, GPUs per node, network, extra srun flags."""
+
+    scratch_dir: Path
+    gpus_per_node: int
+    network_interface: str
+    srun_extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    """How hvdflow runs on one cluster."""
+
+    path: Path
+    registry: str
+    runtime: str
+    launcher: str
+    execmode: Optional[str]
+    udocker_dir: Path
+    network_interface: str
+    native_venv_dir: Path
+    slurm: Optional[SlurmCluster] = None
+
+
+def _expand(where: str, value: Any) -> str:
+    text = str(expect(where, value, (str, int)))
+    defaulted = _DEFAULTED.sub(lambda m: os.environ.get(m.group(1)) or m.group(2), text)
+    expanded = os.path.expanduser(os.path.expandvars(defaulted))
+    missing = _UNSET.search(expanded)
+    if missing:
+        raise ConfigError(f"{where}: environment variable ${missing.group(1)} is not set (value {text!r})")
+    return expanded
+
+
+def _choice(where: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def load_profile(path: Path) -> ClusterProfile:
+    """Read and validate ``path``."""
+    data = load_mapping(path)
+    where = str(path)
+    check_keys(where, data, _REQUIRED, _OPTIONAL)
+    registry = _expand(f"{where}: registry", data["registry"]).rstrip("/")
+    if not re.match(r"^https?://[^/\s]+$", registry):
+        raise ConfigError(f"{where}: registry: {registry!r} must be http://HOST[:PORT] or https://HOST[:PORT]")
+    execmode = data.get("execmode")
+    home = Path.home()
+    scheduler = _choice(f"{where}: scheduler", _expand(f"{where}: scheduler", data.get("scheduler", "none")), SCHEDULERS)
+    interface = _expand(f"{where}: network_interface", data.get("network_interface", "auto" if scheduler == "slurm" else "lo"))
+    if scheduler == "slurm" and "slurm" not in data:
+        raise ConfigError(f"{where}: scheduler slurm needs a slurm section ({', '.join(_SLURM_REQUIRED)})")
+    if scheduler == "none" and "slurm" in data:
+        raise ConfigError(f"{where}: slurm: given but scheduler is none (set scheduler: slurm)")
+    return ClusterProfile(
+        path=path,
+        registry=registry,
+        runtime=_choice(f"{where}: runtime", _expand(f"{where}: runtime", data["runtime"]), RUNTIMES),
+        launcher=_choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS),
+        execmode=None if execmode is None else _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), EXECMODES),
+        udocker_dir=Path(_expand(f"{where}: udocker_dir", data.get("udocker_dir", str(home / ".local/share/hvdflow/udocker")))),
+        network_interface=interface,
+        native_venv_dir=Path(_expand(f"{where}: native_venv_dir",
+                                     data.get("native_venv_dir", str(home / ".cache/hvdflow/native")))),
+        slurm=_slurm(f"{where}: slurm", data["slurm"], interface) if scheduler == "slurm" else None,
+    )
+
+
+def _slurm(where: str, data: Any, interface: str) -> SlurmCluster:
+    expect(where, data, dict)
+    check_keys(where, data, _SLURM_REQUIRED, _SLURM_OPTIONAL)
+    gpus = expect(f"{where}.gpus_per_node", data["gpus_per_node"], int)
+    if gpus < 0:
+        raise ConfigError(f"{where}.gpus_per_node: must be 0 (no GPUs) or more, got {gpus}")
+    extra = expect(f"{where}.srun_extra", data.get("srun_extra", []), list)
+    return SlurmCluster(scratch_dir=Path(_expand(f"{where}.scratch_dir", data["scratch_dir"])), gpus_per_node=gpus,
+                        network_interface=interface,
+                        srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra))

@@ -1,0 +1,100 @@
+"""Build an image of the catalogue from its recipe into a cached OCI layout, and push it to a registry."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hvdflow.errors import ConfigError, RegistryError
+from hvdflow.files.cache import cache_root, content_key, sha256_file, source_fingerprint
+from hvdflow.images.build.commands import run_step
+from hvdflow.images.build.oci import ImageConfig, LayerSpec, prefix_filter, write_oci_layout
+from hvdflow.images.build.rootfs import build_rootfs
+from hvdflow.images.build.wheels import ensure_horovod_wheel, ensure_wheelhouse, horovod_wheel_key, python_version
+from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.recipe import load_recipe
+
+_BUILDER_SOURCES = [Path(__file__).parent / name for name in ("image.py", "oci.py", "rootfs.py", "wheels.py")]
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """An OCI image layout on disk and the digest of its manifest."""
+
+    layout: Path
+    tag: str
+    manifest_digest: str
+
+    @property
+    def source(self) -> str:
+        """The ``oci:DIR:TAG`` reference skopeo copies from."""
+        return f"oci:{self.layout}:{self.tag}"
+
+
+def image_cache_dir(spec: ImageSpec) -> Path:
+    """Where the OCI layout of ``spec`` is cached; the name holds a key over everything the build reads."""
+    if spec.recipe is None:
+        raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
+    recipe = load_recipe(spec.recipe)
+    key = content_key(recipe.fingerprint(), horovod_wheel_key(recipe), source_fingerprint(*_BUILDER_SOURCES),
+                      spec.reference)[:16]
+    return cache_root() / "images" / f"{spec.name}-{key}"
+
+
+def _read_manifest_digest(layout: Path) -> str:
+    import json
+
+    index = json.loads((layout / "index.json").read_text())
+    return str(index["manifests"][0]["digest"])
+
+
+def build_image(spec: ImageSpec, log: Path) -> BuiltImage:
+    """The OCI layout of ``spec``, built from its recipe unless the cache already holds it."""
+    layout = image_cache_dir(spec)
+    if (layout / "index.json").is_file():
+        return BuiltImage(layout, spec.tag, _read_manifest_digest(layout))
+    assert spec.recipe is not None
+    recipe = load_recipe(spec.recipe)
+    wheelhouse = ensure_wheelhouse(recipe, log)
+    wheel = ensure_horovod_wheel(recipe, wheelhouse, log)
+    layout.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=layout.parent, prefix=".rootfs-"))
+    try:
+        rootfs = work / "rootfs"
+        build_rootfs(recipe, wheelhouse, wheel, rootfs, log)
+        labels = {
+            "org.opencontainers.image.title": spec.name,
+            "org.opencontainers.image.description": spec.description,
+            "io.hvdflow.python": python_version(),
+            "io.hvdflow.tensorflow": recipe.horovod.tensorflow,
+            "io.hvdflow.horovod": recipe.horovod.version,
+            "io.hvdflow.horovod-wheel.sha256": sha256_file(wheel),
+            "io.hvdflow.recipe.sha256": recipe.fingerprint(),
+        }
+        config = ImageConfig(
+            env=["PATH=/usr/local/bin:/usr/bin:/bin"] + [f"{k}={v}" for k, v in recipe.env],
+            cmd=["python3"],
+            labels=labels,
+        )
+        python_part = prefix_filter(list(recipe.python_layer))
+        layers = [LayerSpec("system", prefix_filter(list(recipe.python_layer), invert=True)), LayerSpec("python", python_part)]
+        epoch = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
+        manifest = write_oci_layout(rootfs, layers, config, layout, spec.tag, epoch)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return BuiltImage(layout, spec.tag, manifest.digest)
+
+
+def push_image(image: BuiltImage, registry_url: str, repository: str, tag: str, log: Path) -> None:
+    """Copy ``image`` into ``registry_url`` as ``repository:tag`` with skopeo (plain http allowed)."""
+    host = registry_url.split("://", 1)[-1].rstrip("/")
+    tls = "false" if registry_url.startswith("http://") else "true"
+    try:
+        run_step(["skopeo", "copy", "--insecure-policy", f"--dest-tls-verify={tls}", image.source,
+                  f"docker://{host}/{repository}:{tag}"], log)
+    except Exception as exc:
+        raise RegistryError(f"pushing {image.layout} to {registry_url}/{repository}:{tag} failed: {exc}") from exc

@@ -1,0 +1,120 @@
+"""The Python wheels of an image: a wheelhouse of PyPI's wheels and the Horovod wheel compiled once.
+
+Both are cached under the hvdflow cache, keyed by their inputs: the wheelhouse by the pinned requirements and
+the interpreter, the Horovod wheel by Horovod's and TensorFlow's versions, the interpreter, Open MPI's version and
+the build switches. Builds write into a temporary directory and are renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hvdflow.files.cache import cache_root, content_key
+from hvdflow.images.build.commands import BuildError, run_step
+from hvdflow.images.recipe import Recipe
+
+BUILD_PYTHON = "/usr/bin/python3"
+
+
+def python_version(python: str = BUILD_PYTHON) -> str:
+    """The full version (``3.11.2``) of the interpreter the image's wheels are built with."""
+    return subprocess.run([python, "-c", "import platform; print(platform.python_version())"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def debian_package_version(package: str) -> str:
+    """The installed version of a Debian package, or a BuildError saying it is missing."""
+    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout:
+        raise BuildError(f"Debian package {package} is not installed; it is needed to build the Horovod wheel")
+    return proc.stdout.strip()
+
+
+def _complete(directory: Path, pattern: str) -> list[Path]:
+    return sorted(directory.glob(pattern)) if (directory / "COMPLETE").exists() else []
+
+
+def _finish(tmp: Path, final: Path) -> None:
+    (tmp / "COMPLETE").write_text("")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def ensure_wheelhouse(recipe: Recipe, log: Path) -> Path:
+    """A directory with a wheel for every pinned requirement of ``recipe``, downloaded once from PyPI."""
+    key = content_key(recipe.requirements.read_bytes(), python_version())[:16]
+    final = cache_root() / "wheelhouse" / key
+    if _complete(final, "*.whl"):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
+    try:
+        run_step([BUILD_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir",
+                  "-d", str(tmp), "-r", str(recipe.requirements)], log)
+        _finish(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def horovod_wheel_key(recipe: Recipe) -> str:
+    """The cache key of the Horovod wheel ``recipe`` needs."""
+    with_mpi = dict(recipe.horovod.build_env).get("HOROVOD_WITH_MPI") == "1"
+    mpi = debian_package_version("libopenmpi-dev") if with_mpi else "none"
+    return content_key("horovod", recipe.horovod.version, "tensorflow", recipe.horovod.tensorflow,
+                       "python", python_version(), "mpi", mpi, repr(sorted(recipe.horovod.build_env)))[:16]
+
+
+def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
+    """The Horovod wheel for ``recipe``, compiled once (debug info stripped) and cached.
+
+    The requirements must include ``wheel``, whose command line repacks the stripped wheel.
+    """
+    key = horovod_wheel_key(recipe)
+    final = cache_root() / "wheels" / f"horovod-{recipe.horovod.version}-tf{recipe.horovod.tensorflow}-{key}"
+    found = _complete(final, "horovod-*.whl")
+    if found:
+        return found[0]
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        venv = tmp / "venv"
+        run_step([BUILD_PYTHON, "-m", "venv", str(venv)], log)
+        pip = [str(venv / "bin" / "python"), "-m", "pip"]
+        run_step(pip + ["install", "--no-index", "--find-links", str(wheelhouse), "-r", str(recipe.requirements)], log)
+        site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        env = dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}")
+        env.update({k: v.format(site_packages=site) for k, v in recipe.horovod.build_env})
+        raw = tmp / "raw"
+        run_step(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", "--no-binary=horovod",
+                        f"horovod=={recipe.horovod.version}", "-w", str(raw)], log, env=env)
+        built = sorted(raw.glob("horovod-*.whl"))
+        if len(built) != 1:
+            raise BuildError(f"pip wheel produced {len(built)} Horovod wheels in {raw}, expected one (log: {log})")
+        _strip_wheel(venv, built[0], tmp, log)
+        shutil.rmtree(venv)
+        shutil.rmtree(raw)
+        _finish(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(final.glob("horovod-*.whl"))[0]
+
+
+def _strip_wheel(venv: Path, wheel: Path, out_dir: Path, log: Path) -> None:
+    """Repack ``wheel`` into ``out_dir`` with debug info stripped from its shared objects (57 MB to 2 MB)."""
+    unpack = out_dir / "unpacked"
+    run_step([str(venv / "bin" / "wheel"), "unpack", "-d", str(unpack), str(wheel)], log)
+    (tree,) = list(unpack.iterdir())
+    objects = [str(p) for p in tree.rglob("*.so")]
+    if objects:
+        run_step(["strip", "--strip-debug", *objects], log)
+    run_step([str(venv / "bin" / "wheel"), "pack", "-d", str(out_dir), str(tree)], log)
+    shutil.rmtree(unpack)

@@ -1,0 +1,152 @@
+"""Pull a catalogue image with udocker, pinned by digest and verified, and create its container once.
+
+udocker does not check layer digests on pull, and ``udocker create`` can exit 0 after a failed extraction, so hvdflow
+resolves the manifest itself, checks that udocker stored exactly that manifest, hashes every blob udocker stored, and
+records a container as usable only after it was created, set up and ran a command. (udocker 1.3.17 cannot pull
+``repository@digest`` for repositories with a ``/`` in their name, so it pulls the tag under hvdflow's lock.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hvdflow.errors import ImageError
+from hvdflow.files.atomic import write_text_atomic
+from hvdflow.files.cache import sha256_file
+from hvdflow.files.filelock import exclusive_lock
+from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.lockfile import check_against_lock, write_lock_entry
+from hvdflow.images.registry import Manifest, resolve_manifest
+from hvdflow.images.udocker import Udocker
+
+PULL_LOCK_TIMEOUT = float(os.environ.get("HVDFLOW_LOCK_TIMEOUT", "1800"))
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    """A created, verified container: what later steps run in."""
+
+    image: str
+    reference: str
+    registry: str
+    digest: str
+    container: str
+    execmode: str
+    udocker_dir: str
+    created: float
+
+    def to_json(self) -> str:
+        """The record as JSON, as written to the state directory and to the pipeline's image outputs."""
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+
+def container_name(spec: ImageSpec, digest: str) -> str:
+    """The container name of ``spec`` at ``digest``: a new digest gets a new container."""
+    return f"{spec.name}-{digest.split(':', 1)[1][:12]}"
+
+
+def _record_path(udocker: Udocker, name: str) -> Path:
+    return udocker.state_dir / "containers" / f"{name}.json"
+
+
+def verify_stored_manifest(udocker: Udocker, spec: ImageSpec, manifest: Manifest) -> None:
+    """Check that the manifest udocker stored for the tag is the one resolved (the tag did not move meanwhile)."""
+    path = udocker.udocker_dir / "repos" / spec.repository / spec.tag / "manifest"
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ImageError(f"image {spec.reference}: udocker stored no readable manifest at {path}: {exc}") from None
+    if stored != manifest.document:
+        raise ImageError(f"image {spec.reference} changed in {manifest.registry_url} while it was pulled "
+                         f"(resolved {manifest.digest}); pull again")
+
+
+def verify_blobs(udocker: Udocker, manifest: Manifest, image: str) -> None:
+    """Hash every blob udocker stored for ``manifest``; on a mismatch delete it and raise ImageError."""
+    layers_dir = udocker.udocker_dir / "layers"
+    for digest in manifest.blobs:
+        path = layers_dir / digest
+        if not path.exists():
+            raise ImageError(f"image {image}: blob {digest} of manifest {manifest.digest} is missing from {layers_dir}")
+        actual = "sha256:" + sha256_file(path)
+        if actual != digest:
+            path.unlink()
+            raise ImageError(
+                f"image {image}: blob {digest} from {manifest.registry_url} has content of digest {actual}; "
+                "the registry served corrupt or substituted data. The blob was deleted; nothing was created."
+            )
+
+
+def pull_image(udocker: Udocker, spec: ImageSpec, registry_url: str, lock_path: Path, update_lock: bool = False) -> Manifest:
+    """Resolve, check against the lock, pull by digest and verify ``spec``; record its digest in the lock file."""
+    udocker.prepare()
+    with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"pulling {spec.reference}"):
+        manifest = resolve_manifest(registry_url, spec.repository, spec.tag)
+        must_write = check_against_lock(lock_path, spec.name, spec.reference, manifest.digest, update_lock)
+        proc = udocker.call("pull", f"--registry={registry_url}", spec.reference)
+        if proc.returncode != 0:
+            raise ImageError(f"udocker pull {spec.reference} from {registry_url} failed (exit {proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+        try:
+            verify_stored_manifest(udocker, spec, manifest)
+            verify_blobs(udocker, manifest, spec.reference)
+        except ImageError:
+            udocker.call("rmi", spec.reference)
+            raise
+        if must_write:
+            write_lock_entry(lock_path, spec.name, spec.reference, manifest.digest)
+    return manifest
+
+
+def read_container_record(udocker: Udocker, name: str) -> ContainerRecord | None:
+    """The record of a usable container ``name``, or None if it was never completed."""
+    path = _record_path(udocker, name)
+    if not path.exists():
+        return None
+    return ContainerRecord(**json.loads(path.read_text()))
+
+
+def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, execmode: str | None = None) -> ContainerRecord:
+    """The container of ``spec`` at ``manifest.digest``: created, set up and probed once, then reused."""
+    mode = execmode or spec.execmode
+    name = container_name(spec, manifest.digest)
+    with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"creating container {name}"):
+        record = read_container_record(udocker, name)
+        if record is not None and record.execmode == mode and (udocker.udocker_dir / "containers" / name).exists():
+            return record
+        if record is not None and record.execmode != mode:
+            udocker.check("setup", f"--execmode={mode}", name)
+        else:
+            _create(udocker, spec, manifest, name, mode)
+        record = ContainerRecord(
+            image=spec.name, reference=spec.reference, registry=manifest.registry_url, digest=manifest.digest,
+            container=name, execmode=mode, udocker_dir=str(udocker.udocker_dir), created=time.time(),
+        )
+        path = _record_path(udocker, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, record.to_json())
+        return record
+
+
+def _create(udocker: Udocker, spec: ImageSpec, manifest: Manifest, name: str, mode: str) -> None:
+    """Create container ``name``; remove it and raise ImageError if any step shows it is not usable."""
+    _record_path(udocker, name).unlink(missing_ok=True)
+    udocker.call("rm", "-f", name)  # a leftover of an interrupted create: never reuse a half-made container
+    steps = (
+        ("create", ("create", f"--name={name}", spec.reference)),
+        ("setup", ("setup", f"--execmode={mode}", name)),
+        ("probe run", ("run", "--nobanner", "--pull=never", name, "/bin/sh", "-c", "exit 0")),
+    )
+    for what, args in steps:
+        proc = udocker.call(*args)
+        output = (proc.stdout or "") + (proc.stderr or "")
+        if proc.returncode != 0 or "Error:" in output:
+            udocker.call("rm", "-f", name)
+            raise ImageError(
+                f"image {spec.reference} ({manifest.digest}): {what} of container {name} failed "
+                f"(exit {proc.returncode}); the container was removed:\n{output.strip()[-2000:]}"
+            )

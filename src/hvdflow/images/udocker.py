@@ -1,0 +1,134 @@
+"""udocker, run as an ordinary user, offline, with one ``UDOCKER_DIR`` per user.
+
+hvdflow never lets udocker reach the internet: the engine tarball is built from Debian's binaries
+(:mod:`hvdflow.images.udocker_tools`) and a config file sets ``installinfo = /dev/null``. Running as root is refused unless
+the caller opts in, because udocker's containers are meant to run with the user's own rights.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from hvdflow.errors import UdockerError
+from hvdflow.files.atomic import write_text_atomic
+from hvdflow.images.udocker_tools import build_tools_tarball
+
+ROOT_REFUSAL = (
+    "hvdflow runs udocker as an ordinary user and refuses to run it as root (uid 0): containers would get root's "
+    "rights and files owned by root. Run as your own user, or pass --allow-root (HVDFLOW_ALLOW_ROOT=1) if you mean it."
+)
+
+
+def udocker_executable() -> str:
+    """The ``udocker`` of the running interpreter's environment, else the one on PATH."""
+    beside = Path(sys.executable).parent / "udocker"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("udocker")
+    if not found:
+        raise UdockerError("udocker is not installed: pip install udocker==1.3.17 into hvdflow's environment")
+    return found
+
+
+def allow_root_from_env() -> bool:
+    """Whether ``HVDFLOW_ALLOW_ROOT=1`` is set."""
+    return os.environ.get("HVDFLOW_ALLOW_ROOT") == "1"
+
+
+@dataclass(frozen=True)
+class Udocker:
+    """One user's udocker: its directory and how to call it."""
+
+    udocker_dir: Path
+    allow_root: bool = False
+    executable: str = field(default_factory=udocker_executable)
+
+    def __post_init__(self) -> None:
+        if os.geteuid() == 0 and not self.allow_root:
+            raise UdockerError(ROOT_REFUSAL)
+
+    @property
+    def state_dir(self) -> Path:
+        """hvdflow's own files beside udocker's: config, tools tarball, locks, container records."""
+        return self.udocker_dir / ".hvdflow"
+
+    @property
+    def config_file(self) -> Path:
+        """The udocker config file hvdflow passes with ``--config``."""
+        return self.state_dir / "udocker.conf"
+
+    def prepare(self) -> None:
+        """Create the directory, the tools tarball and the config, and install the tools (idempotent)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tarball = build_tools_tarball(self.state_dir)
+        config = f"[DEFAULT]\ntarball = {tarball}\ninstallinfo = /dev/null\n"
+        if not self.config_file.exists() or self.config_file.read_text() != config:
+            write_text_atomic(self.config_file, config)
+        version = self.udocker_dir / "lib" / "VERSION"
+        if not version.exists():
+            self.check("install")
+            if not version.exists():
+                raise UdockerError(f"udocker install did not install its tools from {tarball} into {self.udocker_dir}")
+
+    def env(self) -> dict[str, str]:
+        """The environment udocker runs with: the caller's, plus the directory and the engine choices."""
+        env = dict(os.environ)
+        env.update({
+            "UDOCKER_DIR": str(self.udocker_dir),
+            "UDOCKER_USE_PROOT_EXECUTABLE": str(self.udocker_dir / "bin" / "proot"),
+        })
+        env.pop("UDOCKER_TARBALL", None)
+        return env
+
+    def argv(self, *args: str) -> list[str]:
+        """The command line for ``udocker ARGS`` (root allowed only when opted in)."""
+        extra = ["--allow-root"] if os.geteuid() == 0 else []
+        return [self.executable, *extra, f"--config={self.config_file}", *args]
+
+    def call(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``udocker ARGS`` and capture its output, whatever its exit status."""
+        return subprocess.run(self.argv(*args), env=self.env(), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def check(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``udocker ARGS``; raise UdockerError with its output if it exits non-zero."""
+        proc = self.call(*args, timeout=timeout)
+        if proc.returncode != 0:
+            raise UdockerError(f"udocker {' '.join(args)} failed (exit {proc.returncode}): {_tail(proc)}")
+        return proc
+
+
+def _tail(proc: subprocess.CompletedProcess[str], lines: int = 12) -> str:
+    text = (proc.stdout or "") + (proc.stderr or "")
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_argv(
+    udocker: Udocker,
+    container: str,
+    command: Sequence[str],
+    env: Mapping[str, str] = {},
+    volumes: Sequence[str] = (),
+    hostenv: bool = False,
+) -> list[str]:
+    """The ``udocker run`` command line for ``command`` in ``container``.
+
+    ``volumes`` are paths bound at the same place inside; ``/etc/hosts`` is always bound (udocker does not, and Gloo
+    needs the host name to resolve). Processes run with the caller's uid and the host's passwd/group (``--hostauth
+    --user``): Open MPI's PMIx server rejects clients whose uid differs from its own, and proot's default is uid 0.
+    ``hostenv`` passes the caller's environment (Open MPI's variables under mpirun).
+    """
+    args = ["run", "--nobanner", "--pull=never", "-v", "/etc/hosts", "--hostauth", f"--user={os.getuid()}"]
+    if hostenv:
+        args.append("--hostenv")
+    for volume in volumes:
+        args += ["-v", volume]
+    for key in sorted(env):
+        args.append(f"--env={key}={env[key]}")
+    return udocker.argv(*args, container, *command)

@@ -1,0 +1,67 @@
+"""Horovod ranks on this host: one process per rank over Gloo, or the host's ``mpirun`` (no Slurm).
+
+- Gloo: hvdflow starts Horovod's rendezvous server (from the runtime) and waits until it accepts connections, then
+  one process per rank with the Horovod variables of :mod:`hvdflow.launch.rank_env`. No MPI, ssh or horovodrun.
+- MPI: the host's ``mpirun`` starts one ``udocker run --hostenv`` per rank; the container's Open MPI must match.
+Both run in either runtime (udocker or native, :mod:`hvdflow.launch.runtime`); each rank writes its own log.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
+from hvdflow.launch.rendezvous import start_rendezvous_server
+from hvdflow.launch.runtime import Runtime
+from hvdflow.launch.supervise import Supervised, start, stop, supervise, supervise_mpirun
+
+
+def launch_gloo_local(
+    runtime: Runtime,
+    placements: Sequence[RankPlacement],
+    command: Sequence[str],
+    logs: Path,
+    paths: Sequence[Path],
+    timeout: float,
+    iface: str = "lo",
+) -> None:
+    """Run ``command`` as Horovod ranks on this host over Gloo, one process each, supervised.
+
+    ``paths`` are the host paths the ranks read and write (bound into containers); the logs and the rendezvous
+    server's port file go to ``logs``.
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    binds = [logs, *paths]
+    server, port = start_rendezvous_server(runtime, logs, binds, runtime.process_env())
+    ranks: list[Supervised] = []
+    try:
+        for placement in placements:
+            argv = runtime.command(command, horovod_gloo_env(placement, "127.0.0.1", port, iface), binds)
+            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env()))
+        supervise(ranks, timeout)
+    finally:
+        stop(ranks + [server])
+
+
+def launch_mpi_local(
+    runtime: Runtime,
+    nranks: int,
+    command: Sequence[str],
+    logs: Path,
+    paths: Sequence[Path],
+    timeout: float,
+    mpirun: str = "mpirun",
+) -> None:
+    """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one process each.
+
+    In udocker, ``--hostenv`` hands Open MPI's variables to the container and ``/tmp`` is bound so the ranks reach
+    the host's PMIx server. Each rank's output goes to ``logs/rank-N.log``.
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
+    inner = runtime.command(command, env, [logs, *paths], hostenv=True)
+    per_rank_log = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1'
+    argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
+            "sh", "-c", per_rank_log, str(logs / "rank"), *inner]
+    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout)

@@ -1,0 +1,49 @@
+"""The native runtime's venv: the image's pinned Python packages and Horovod wheel, on the host's Debian python3.
+
+It exists to measure what the container costs: same TensorFlow, same Horovod build, same trainer, no udocker.
+The wheels come from the same cached wheelhouse and Horovod wheel the image build uses (built once per user).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from hvdflow.config.profile import ClusterProfile
+from hvdflow.errors import ConfigError
+from hvdflow.files.cache import content_key, sha256_file
+from hvdflow.files.filelock import exclusive_lock
+from hvdflow.images.build.commands import run_step
+from hvdflow.images.build.wheels import BUILD_PYTHON, ensure_horovod_wheel, ensure_wheelhouse, python_version
+from hvdflow.images.catalog import get_image, load_catalog
+from hvdflow.images.recipe import load_recipe
+
+NATIVE_LOCK_TIMEOUT = 3600.0
+
+
+def native_python(profile: ClusterProfile, image: str, catalog: Path) -> Path:
+    """The interpreter of the native venv for ``image`` (created on first use, under a lock)."""
+    spec = get_image(load_catalog(catalog), image, catalog)
+    if spec.recipe is None:
+        raise ConfigError(f"image {image} has no recipe in {catalog}: the native runtime needs its pinned packages")
+    recipe = load_recipe(spec.recipe)
+    if not spec.python or not python_version().startswith(spec.python):
+        raise ConfigError(f"image {image} has Python {spec.python}, the host's {BUILD_PYTHON} is {python_version()}: "
+                          "the native runtime needs the same interpreter")
+    root = profile.native_venv_dir
+    with exclusive_lock(root / ".native.lock", NATIVE_LOCK_TIMEOUT, f"creating the native venv of {image}"):
+        log = root / f"{image}.build.log"
+        wheelhouse = ensure_wheelhouse(recipe, log)
+        wheel = ensure_horovod_wheel(recipe, wheelhouse, log)
+        venv = root / f"{image}-{content_key(recipe.fingerprint(), sha256_file(wheel))[:16]}"
+        python = venv / "bin" / "python"
+        if (venv / ".hvdflow-complete").exists():
+            return python
+        shutil.rmtree(venv, ignore_errors=True)
+        run_step([BUILD_PYTHON, "-m", "venv", str(venv)], log)
+        run_step([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
+                  "-r", str(recipe.requirements), str(wheel)], log)
+        subprocess.run([str(python), "-c", "import horovod.tensorflow"], check=True, capture_output=True)
+        (venv / ".hvdflow-complete").write_text("")
+        return python

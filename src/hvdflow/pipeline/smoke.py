@@ -1,0 +1,51 @@
+"""The smoke job: prepare the digits and train the MLP with N Horovod ranks; every rank must end identical."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hvdflow.config.experiment import TrainSpec
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.udocker import Udocker
+from hvdflow.launch.runtime import UdockerRuntime
+from hvdflow.pipeline.stages import prepare_dataset, train
+
+DIGITS = {"name": "digits", "source": "sklearn-digits", "validation_fraction": 0.1, "test_fraction": 0.2, "seed": 42,
+          "shard_size_mb": 64, "skip_bad_samples": False}
+
+
+def smoke_spec(ranks: int, epochs: int) -> TrainSpec:
+    """The smoke experiment: a 64-unit MLP, SGD with momentum, fixed seed."""
+    return TrainSpec(ranks=ranks, model="mlp", hidden_units=64, epochs=epochs, batch_size=32, learning_rate=0.01,
+                     momentum=0.9, warmup_epochs=1, seed=1234)
+
+
+def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: int, out_dir: Path, epochs: int = 5,
+              fail_rank: int = -1) -> dict[str, object]:
+    """Run the smoke job in ``record``'s container; write and return ``summary.json``."""
+    runtime = UdockerRuntime(udocker, record.container)
+    (out_dir / "summary.json").unlink(missing_ok=True)
+    dataset = out_dir / "dataset"
+    prepare_dataset(runtime, DIGITS, dataset, out_dir / "logs" / "prepare.log")
+    fail = (fail_rank, 1, False) if fail_rank >= 0 else None
+    results = train(runtime, launcher, smoke_spec(ranks, epochs), dataset, out_dir / "train", out_dir / "logs" / "train",
+                    fail=fail)
+    metrics = json.loads((out_dir / "train" / "metrics.json").read_text())
+    summary: dict[str, object] = {
+        "launcher": launcher,
+        "ranks": ranks,
+        "controller": results[0]["controller"],
+        "weights_sha256": results[0]["weights_sha256"],
+        "val_accuracy": metrics["final"]["val_accuracy"],
+        "image": record.image,
+        "reference": record.reference,
+        "digest": record.digest,
+        "container": record.container,
+        "execmode": record.execmode,
+        "tensorflow": results[0]["tensorflow"],
+        "horovod": results[0]["horovod"],
+    }
+    write_json_atomic(out_dir / "summary.json", summary)
+    return summary

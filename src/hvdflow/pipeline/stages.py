@@ -1,0 +1,126 @@
+"""The pipeline's stages: list, prepare, gather, train and evaluate, each one function a rule's step calls.
+
+Each stage runs the in-container code through a runtime (:mod:`hvdflow.launch.runtime`), writes its outputs, and
+writes the file that marks it complete last, so a failed stage never leaves outputs that look complete. :func:`train`
+is the one place where a training goes to the local launchers (:mod:`hvdflow.launch.local`) or across the nodes of a
+Slurm job (:mod:`hvdflow.slurm.launch`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from hvdflow.config.datasets import bind_paths
+from hvdflow.config.experiment import TrainSpec
+from hvdflow.config.profile import SlurmCluster
+from hvdflow.errors import DatasetError, LaunchError
+from hvdflow.launch.job import TrainingJob
+from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
+from hvdflow.launch.rank_env import placements
+from hvdflow.launch.runtime import Runtime
+from hvdflow.launch.supervise import STEP_TIMEOUT, run_one
+from hvdflow.slurm.launch import launch_slurm
+from hvdflow_index import DATASET_FILE, PrepareError, gather
+
+LAUNCHERS = ("gloo", "mpi")
+TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard", "checkpoints")
+
+
+def list_dataset(runtime: Runtime, spec: Mapping[str, Any], chunks: int, manifest_dir: Path, log: Path) -> None:
+    """Scatter: list a resolved dataset spec's samples into a manifest of ``chunks`` chunks (in the runtime)."""
+    manifest_dir.parent.mkdir(parents=True, exist_ok=True)
+    command = ["python3", "-m", "hvdflow_trainer.prepare", "list", "--spec", json.dumps(dict(spec), sort_keys=True),
+               "--chunks", str(chunks), "--out", str(manifest_dir)]
+    run_one(runtime, command, [manifest_dir.parent, *bind_paths(spec)], log, STEP_TIMEOUT, f"listing dataset {spec['name']}")
+
+
+def prepare_chunk(runtime: Runtime, manifest_dir: Path, chunk: int, chunk_dir: Path, log: Path) -> None:
+    """Write one chunk of a manifest as shards into ``chunk_dir`` (in the runtime)."""
+    spec = json.loads((manifest_dir / DATASET_FILE).read_text())["spec"]
+    command = ["python3", "-m", "hvdflow_trainer.prepare", "chunk", "--manifest", str(manifest_dir),
+               "--chunk", str(chunk), "--out", str(chunk_dir)]
+    run_one(runtime, command, sorted({manifest_dir.parent, chunk_dir.parent, *bind_paths(spec)}), log, STEP_TIMEOUT,
+            f"preparing chunk {chunk} of dataset {spec['name']}")
+
+
+def gather_dataset(manifest_dir: Path, chunk_dirs: list[Path], out_dir: Path) -> dict[str, object]:
+    """Gather: the chunks' reports into ``out_dir/index.json`` (written last); DatasetError naming what is wrong."""
+    (out_dir / "index.json").unlink(missing_ok=True)
+    try:
+        return gather(str(manifest_dir), [str(d) for d in chunk_dirs], str(out_dir))
+    except PrepareError as exc:
+        raise DatasetError(f"dataset {out_dir}: {exc}") from None
+
+
+def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, log: Path, chunks: int = 1) -> dict[str, object]:
+    """All three steps one after the other (outside Snakemake): ``out_dir`` gets the manifest, chunks and index."""
+    (out_dir / "index.json").unlink(missing_ok=True)
+    list_dataset(runtime, spec, chunks, out_dir / "manifest", log)
+    chunk_dirs = [out_dir / f"chunk-{i}" for i in range(chunks)]
+    for i, chunk_dir in enumerate(chunk_dirs):
+        prepare_chunk(runtime, out_dir / "manifest", i, chunk_dir, log)
+    return gather_dataset(out_dir / "manifest", chunk_dirs, out_dir)
+
+
+def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
+          iface: str = "lo", fail: Optional[tuple[int, int, bool]] = None,
+          slurm: Optional[SlurmCluster] = None) -> list[dict[str, object]]:
+    """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
+
+    Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``. With ``slurm`` the ranks run
+    as tasks of the current Slurm job on ``spec.nodes`` nodes, reading a node-local copy of the dataset.
+
+    Raises LaunchError if a rank fails or the ranks end with different weights. ``fail`` = (rank, epoch, kill) makes
+    that rank crash at the end of that epoch, by SIGKILL if ``kill`` (for tests).
+    """
+    if launcher not in LAUNCHERS:
+        raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in TRAIN_OUTPUTS:
+        target = out_dir / name
+        shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    for stale in out_dir.glob("rank-*.json"):
+        stale.unlink()
+    failing = [] if fail is None else ["--fail-rank", str(fail[0]), "--fail-epoch", str(fail[1])] + (
+        ["--fail-kill"] if fail[2] else [])
+    job = TrainingJob(spec.trainer_args() + failing, spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)
+    try:
+        if slurm is not None:
+            launch_slurm(runtime, launcher, slurm, job, STEP_TIMEOUT)
+        elif launcher == "gloo":
+            ranks = placements([(socket.gethostname(), spec.ranks)])
+            launch_gloo_local(runtime, ranks, job.argv(), logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT, iface)
+        else:
+            launch_mpi_local(runtime, spec.ranks, job.argv(), logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT)
+        return collect_rank_results(out_dir, spec.ranks)
+    except BaseException:
+        for name in ("model.keras", "metrics.json"):
+            (out_dir / name).unlink(missing_ok=True)
+        raise
+
+
+def collect_rank_results(out_dir: Path, ranks: int) -> list[dict[str, object]]:
+    """Every rank's ``rank-<r>.json``; LaunchError if one is missing or the final weights differ."""
+    results = []
+    for rank in range(ranks):
+        path = out_dir / f"rank-{rank}.json"
+        if not path.exists():
+            raise LaunchError(f"rank {rank} exited 0 but wrote no result {path}")
+        results.append(json.loads(path.read_text()))
+    hashes = [str(r["weights_sha256"]) for r in results]
+    if len(set(hashes)) != 1:
+        raise LaunchError(f"ranks ended with different weights: {[h[:12] for h in hashes]}")
+    return results
+
+
+def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, log: Path) -> dict[str, object]:
+    """Test-set metrics of ``model`` written to ``out_file``."""
+    out_file.unlink(missing_ok=True)
+    command = ["python3", "-m", "hvdflow_trainer.evaluate", "--model", str(model), "--dataset", str(dataset_dir),
+               "--out", str(out_file)]
+    run_one(runtime, command, [model.parent, dataset_dir, out_file.parent], log, STEP_TIMEOUT, f"evaluating {model}")
+    return json.loads(out_file.read_text())

@@ -1,0 +1,173 @@
+"""The rule bodies: Snakemake's ``run:`` blocks call one function here, which calls one stage and logs to the rule's log."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from hvdflow.config.datasets import resolved_spec
+from hvdflow.config.experiment import TrainSpec
+from hvdflow.config.profile import ClusterProfile
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.images.catalog import get_image, load_catalog
+from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
+from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
+from hvdflow.pipeline.record import run_record
+from hvdflow.pipeline.stages import evaluate, gather_dataset, list_dataset, prepare_chunk, train
+
+
+@contextmanager
+def logged(log: Path) -> Iterator[None]:
+    """Append this step's messages and errors to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as handle:
+        handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] start\n")
+        try:
+            yield
+        except BaseException as exc:
+            handle.write(f"error: {exc}\n")
+            raise
+        handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] done\n")
+
+
+def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, log: Path) -> None:
+    """Pull, verify and lock ``image``, create its container once, and write its record."""
+    with logged(log):
+        spec = get_image(load_catalog(catalog), image, catalog)
+        udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
+        manifest = pull_image(udocker, spec, profile.registry, lock)
+        record = ensure_container(udocker, spec, manifest, profile.execmode)
+        record_out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(record_out, asdict(record))
+
+
+def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Runtime:
+    """The runtime the profile asks for, with the image the record names."""
+    record = ContainerRecord(**json.loads(image_record.read_text()))
+    if profile.runtime == "native":
+        from hvdflow.launch.native import native_python
+
+        return NativeRuntime(native_python(profile, record.image, catalog))
+    return UdockerRuntime(Udocker(Path(record.udocker_dir), allow_root=allow_root_from_env()), record.container)
+
+
+def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path,
+              manifest: Path, log: Path) -> None:
+    """List dataset ``name``'s samples into the manifest directory, cut into the entry's number of chunks."""
+    with logged(log):
+        list_dataset(runtime_for(profile, image_record, catalog), resolved_spec(name, entry), entry["chunks"],
+                     manifest.resolve(), log.resolve().with_suffix(".run.log"))
+
+
+def chunk_step(chunk: int, profile: ClusterProfile, catalog: Path, image_record: Path, manifest: Path, out: Path,
+               log: Path) -> None:
+    """Prepare one chunk of a manifest into its shard directory."""
+    with logged(log):
+        prepare_chunk(runtime_for(profile, image_record, catalog), manifest.resolve(), chunk, out.resolve(),
+                      log.resolve().with_suffix(".run.log"))
+
+
+def gather_step(manifest: Path, chunks: list[Path], index: Path, log: Path) -> None:
+    """Write the dataset's index from its chunks' reports."""
+    with logged(log):
+        gather_dataset(manifest.resolve(), [c.resolve() for c in chunks], index.parent.resolve())
+
+
+def injected_failure() -> tuple[int, int, bool] | None:
+    """Fault injection for tests: ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[:kill]`` makes that rank exit with status 3
+    (or die of SIGKILL) after that epoch."""
+    value = os.environ.get("HVDFLOW_INJECT_RANK_FAILURE")
+    if not value:
+        return None
+    rank, epoch, *how = value.split(":")
+    return int(rank), int(epoch), how == ["kill"]
+
+
+def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
+               image_record: Path, index: Path, record_out: Path, log: Path) -> None:
+    """Train experiment ``name``; write its run record last."""
+    with logged(log):
+        started = time.time()
+        out_dir, logs_dir = record_out.parent.resolve(), log.resolve().with_suffix("")
+        results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
+                        TrainSpec.from_config(spec), index.parent.resolve(), out_dir, logs_dir,
+                        iface=profile.network_interface, fail=injected_failure(), slurm=profile.slurm)
+        record = run_record(name, spec, config, profile, image_record, index, record_out.parent, logs_dir, results,
+                            started, time.time())
+        write_json_atomic(record_out, record)
+
+
+def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, model: Path, index: Path, out: Path,
+                  log: Path) -> None:
+    """Test-set metrics of a trained model."""
+    with logged(log):
+        evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
+                 log.resolve().with_suffix(".run.log"))
+
+
+# Rule bodies: Snakemake's `run:` blocks call these with the job's namespaces, so the rules stay one line long.
+
+def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule pull_image."""
+    pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record), Path(log[0]))
+
+
+def list_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+              profile: ClusterProfile) -> None:
+    """Rule list_dataset."""
+    list_step(wildcards.dataset, params.spec, profile, Path(config["catalog"]), Path(input.image),
+              Path(output.manifest), Path(log[0]))
+
+
+def chunk_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule prepare_chunk."""
+    chunk_step(int(wildcards.chunk), profile, Path(config["catalog"]), Path(input.image), Path(input.manifest),
+               Path(output.chunk), Path(log[0]))
+
+
+def gather_rule(input: Any, output: Any, log: Any) -> None:
+    """Rule prepare_dataset (the gather)."""
+    gather_step(Path(input.manifest), [Path(c) for c in input.chunks], Path(output.index), Path(log[0]))
+
+
+def train_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+               profile: ClusterProfile) -> None:
+    """Rule train."""
+    train_step(wildcards.experiment, params.spec, config, profile, Path(input.image), Path(input.index),
+               Path(output.record), Path(log[0]))
+
+
+def evaluate_rule(input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+    """Rule evaluate."""
+    evaluate_step(profile, Path(config["catalog"]), Path(input.image), Path(input.model), Path(input.index),
+                  Path(output.evaluation), Path(log[0]))
+
+
+def learning_curves_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_learning_curves."""
+    from hvdflow.pipeline.plots import plot_learning_curves
+
+    with logged(Path(log[0])):
+        plot_learning_curves(Path(input.history), Path(output.plot), wildcards.experiment)
+
+
+def confusion_matrix_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_confusion_matrix."""
+    from hvdflow.pipeline.plots import plot_confusion_matrix
+
+    with logged(Path(log[0])):
+        plot_confusion_matrix(Path(input.evaluation), Path(output.plot), wildcards.experiment)
+
+
+def per_class_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_per_class."""
+    from hvdflow.pipeline.plots import plot_per_class
+
+    with logged(Path(log[0])):
+        plot_per_class(Path(input.evaluation), Path(output.plot), wildcards.experiment)

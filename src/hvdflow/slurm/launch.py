@@ -1,0 +1,208 @@
+"""Horovod ranks across the nodes of one Slurm job, started from the job's batch script (the train rule's body).
+
+The Snakemake Slurm plugin submits the train rule as an MPI-style job (resources ``nodes``, ``tasks_per_node`` or
+``tasks``, ``mpi``, ``gres``: :mod:`hvdflow.slurm.layout`) and runs its body in the batch script on the first node.
+From there, in order:
+
+1. a staging step with the training layout: the first task of each node copies the prepared shards to the node's
+   scratch and verifies them, the node's other tasks wait (:mod:`hvdflow.slurm.staging`);
+2. Gloo: the rendezvous server starts here and its address goes to ``rendezvous.json`` in the run's log directory;
+   the training step ``srun ... python -m hvdflow.slurm.rank_task`` starts one rank per task (:mod:`hvdflow.slurm.rank_task`).
+   MPI: the host's ``mpirun`` starts the ranks through Slurm (its ``plm/slurm`` runs ``orted`` with srun); the
+   allocation variables the plugin's job step removes are restored from what the staging step saw;
+3. a clean-up step removes the staged copy on every node, also after a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from hvdflow import code_location
+from hvdflow.config.profile import SlurmCluster
+from hvdflow.errors import LaunchError
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch.job import TrainingJob
+from hvdflow.launch.netaddr import rendezvous_address
+from hvdflow.launch.rendezvous import start_rendezvous_server
+from hvdflow.launch.runtime import Runtime, UdockerRuntime
+from hvdflow.launch.supervise import log_tail, start, stop, supervise, supervise_mpirun
+from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed
+from hvdflow.slurm.staging import read_reports
+
+CLEANUP_TIMEOUT = 300.0
+
+
+def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str]) -> list[str]:
+    """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout."""
+    argv = ["srun", f"--nodes={nodes}", f"--ntasks={ranks}"]
+    per_node = even_tasks_per_node(ranks, nodes)
+    if per_node:
+        argv.append(f"--ntasks-per-node={per_node}")
+    argv += ["--kill-on-bad-exit=1", "--cpu-bind=none", "--overlap"]
+    gpus = gpus_per_node_needed(ranks, nodes, cluster)
+    if gpus:
+        argv.append(f"--gres=gpu:{gpus}")
+    return argv + list(cluster.srun_extra) + list(program)
+
+
+def _python(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+def host_code_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with this hvdflow first on PYTHONPATH, so the job steps import the very code the rule imported.
+
+    The rules import the checkout's ``src/`` (``common.smk``); without this, ``python -m hvdflow...`` in a job step
+    would import whatever hvdflow the interpreter finds first (a pip-installed copy, an older checkout).
+    """
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    root = str(code_location())
+    return {**env, "PYTHONPATH": os.pathsep.join([root, *[p for p in rest if p != root]])}
+
+
+def _job_id() -> str:
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        raise LaunchError("the profile runs training through Slurm but this is not inside a Slurm job "
+                          "(no $SLURM_JOB_ID): run with --profile profiles/<slurm cluster>, not a local profile")
+    return job
+
+
+_SRUN_FAILED = re.compile(r"srun: error: (\S+): tasks? ([\d\-,]+): (Exited with exit code \d+|Killed|Terminated)")
+
+
+def srun_failed_task(srun_log: Path) -> Optional[tuple[int, str, str]]:
+    """The first task srun reports as failed: (task, node, how), from srun's own output."""
+    try:
+        match = _SRUN_FAILED.search(srun_log.read_text(errors="replace"))
+    except OSError:
+        return None
+    if not match:
+        return None
+    return int(re.split(r"[-,]", match.group(2))[0]), match.group(1), match.group(3)
+
+
+HOROVOD_SHUTDOWN = "Horovod has been shut down"
+
+
+def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
+    """The rank that failed first and on its own, from the ``rank-<r>.failed.json`` the rank tasks leave.
+
+    When one rank dies, its peers fail too, with Horovod's shutdown message in their logs; the cause is the earliest
+    failure without that message (else the earliest of all).
+    """
+    failures = [json.loads(p.read_text()) for p in logs.glob("rank-*.failed.json")]
+    for failure in failures:
+        rank_log = logs / f"rank-{failure['rank']}.log"
+        failure["collateral"] = rank_log.exists() and HOROVOD_SHUTDOWN in rank_log.read_text(errors="replace")
+    failures.sort(key=lambda f: (f["collateral"], f["unix"]))
+    return failures[0] if failures else None
+
+
+def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
+    """Re-raise a failed step as the first failed rank's error, with its log, if a rank task recorded one."""
+    failed = first_failed_rank(logs)
+    if failed is not None:
+        rank_log = logs / f"rank-{failed['rank']}.log"
+        raise LaunchError(f"{label}: rank {failed['rank']} on {failed['host']} failed first ("
+                          f"{failed['reason']}); the job step was stopped. Log: {rank_log}\n{log_tail(rank_log, 8)}"
+                          f"\n{exc}") from None
+
+
+def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: float, logs: Path) -> None:
+    """Run one job step to completion; LaunchError naming the failed rank and its log."""
+    step = start(label, argv, log, env)
+    try:
+        supervise([step], timeout)
+    except LaunchError as exc:
+        _raise_for_rank(label, logs, exc)
+        failed = srun_failed_task(log)
+        if failed is None:
+            raise
+        task, node, how = failed
+        rank_log = logs / f"rank-{task}.log"
+        detail = log_tail(rank_log, 8) if rank_log.exists() else log_tail(log, 8)
+        where = rank_log if rank_log.exists() else log
+        raise LaunchError(f"{label}: rank {task} on {node} failed ({how}); the job step was stopped. Log: {where}\n"
+                          f"{detail}\n{exc}") from None
+
+
+def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str, str]:
+    """The allocation variables Open MPI's Slurm support reads, as the staging step's first task saw them."""
+    seen = read_reports(reports)[0]
+    return {
+        "SLURM_JOB_ID": job, "SLURM_JOBID": job,
+        "SLURM_JOB_NODELIST": seen["SLURM_STEP_NODELIST"], "SLURM_NODELIST": seen["SLURM_STEP_NODELIST"],
+        "SLURM_TASKS_PER_NODE": seen["SLURM_STEP_TASKS_PER_NODE"],
+        "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
+        "SLURM_NTASKS": str(ranks), "SLURM_NPROCS": str(ranks),
+    }
+
+
+def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, timeout: float) -> Path:
+    """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read."""
+    job_id = _job_id()
+    logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
+    logs.mkdir(parents=True, exist_ok=True)
+    for stale in logs.glob("rank-*.failed.json"):
+        stale.unlink()
+    staged = cluster.scratch_dir / f"hvdflow-job-{job_id}" / "dataset"
+    reports = logs / "staging"
+    reports.mkdir(exist_ok=True)
+    env = host_code_env(runtime.process_env())
+    gpus = gpus_per_node_needed(ranks, nodes, cluster)
+    try:
+        _run_step("staging", srun_argv(cluster, ranks, nodes, _python("hvdflow.slurm.staging", "stage",
+                                                                      str(job.dataset_dir), str(staged), str(reports))),
+                  logs / "staging.log", env, timeout, logs)
+        inner = runtime.command(job.argv(staged), {}, [logs, job.out_dir, staged.parent], hostenv=True)
+        task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
+                "network_interface": cluster.network_interface,
+                "rendezvous": str(logs / "rendezvous.json"),
+                "nvidia": ({"udocker_dir": str(runtime.udocker.udocker_dir), "container": runtime.container}
+                           if gpus and isinstance(runtime, UdockerRuntime) else None)}
+        write_json_atomic(logs / "task.json", task)
+        rank_program = _python("hvdflow.slurm.rank_task", str(logs / "task.json"))
+        if launcher == "gloo":
+            _train_gloo(runtime, cluster, ranks, nodes, rank_program, logs, env, timeout)
+        else:
+            mpi_env = {**env, **_allocation_env(reports, job_id, ranks, nodes)}
+            if gpus:
+                mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
+            _train_mpi(ranks, rank_program, logs, mpi_env, timeout)
+    finally:
+        clean = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--overlap",
+                 *_python("hvdflow.slurm.staging", "clean", str(staged.parent))]
+        cleanup = start("scratch clean-up", clean, logs / "cleanup.log", env)
+        try:
+            supervise([cleanup], CLEANUP_TIMEOUT)
+        except LaunchError as exc:
+            print(f"hvdflow: warning: {exc}", file=sys.stderr)
+    return staged
+
+
+def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks: int, nodes: int, rank_program: list[str], logs: Path,
+                env: dict[str, str], timeout: float) -> None:
+    server, port = start_rendezvous_server(runtime, logs, [logs], env)
+    try:
+        write_json_atomic(logs / "rendezvous.json", {"addr": rendezvous_address(cluster.network_interface),
+                                                     "port": port, "host": os.uname().nodename})
+        _run_step("training", srun_argv(cluster, ranks, nodes, rank_program), logs / "srun.log", env, timeout, logs)
+    finally:
+        stop([server])
+
+
+def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: float) -> None:
+    argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--mca", "plm", "slurm", "--mca", "ras", "slurm",
+            "--mca", "btl", "self,tcp", *rank_program]
+    try:
+        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout)
+    except LaunchError as exc:
+        _raise_for_rank("training", logs, exc)
+        raise
+

@@ -1,0 +1,118 @@
+"""One Horovod rank inside a Slurm job: started by srun (Gloo) or by Open MPI's mpirun (MPI), on the node it runs on.
+
+``python -m hvdflow.slurm.rank_task TASK.json`` reads the launch written by :mod:`hvdflow.slurm.launch`, finds this task's
+rank and local rank, keeps the one GPU of its local rank visible, sets udocker up for NVIDIA once per container and
+node where a driver exists, adds Horovod's Gloo variables (rendezvous address from the run directory), and replaces
+runs the runtime's command, its output in ``rank-<r>.log``. A rank that exits non-zero leaves
+``rank-<r>.failed.json`` (host, exit code, time), so the launcher can tell the rank that failed first from those
+that failed because it did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from hvdflow.errors import HvdflowError
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.files.filelock import exclusive_lock
+from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.launch.netaddr import rank_interface
+from hvdflow.launch.rank_env import horovod_gloo_env
+from hvdflow.slurm.env import global_rank_of, gpu_for_local_rank, local_rank_of, slurm_placement
+
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA kernel driver's version line on this node, or None where there is none."""
+    try:
+        return NVIDIA_DRIVER.read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+
+
+def setup_nvidia_once(udocker_dir: Path, container: str) -> str:
+    """``udocker setup --nvidia`` for ``container``, once per driver version; skipped where no driver exists."""
+    driver = nvidia_driver_version()
+    if driver is None:
+        return f"no NVIDIA driver on {os.uname().nodename}: udocker setup --nvidia skipped"
+    udocker = Udocker(udocker_dir, allow_root=allow_root_from_env())
+    marker = udocker.state_dir / "nvidia" / f"{container}-{hashlib.sha256(driver.encode()).hexdigest()[:12]}.done"
+    with exclusive_lock(marker.with_suffix(".lock"), 600, f"udocker setup --nvidia of {container}"):
+        if not marker.exists():
+            udocker.check("setup", "--nvidia", "--force", container, timeout=600)
+            marker.write_text(driver + "\n")
+    return f"udocker set up for NVIDIA ({driver})"
+
+
+def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[int, dict[str, str], list[str]]:
+    """This task's rank, the environment its command runs with, and notes for its log."""
+    host = os.uname().nodename
+    gloo = task["launcher"] == "gloo"
+    placement = slurm_placement(env) if gloo else None
+    rank = placement.rank if placement else global_rank_of(env)
+    local_rank = placement.local_rank if placement else local_rank_of(env)
+    child = dict(env)
+    notes = [f"rank {rank} (local rank {local_rank}) on {host}"]
+    gpu = gpu_for_local_rank(env.get("CUDA_VISIBLE_DEVICES"), local_rank, host)
+    if gpu is not None:
+        child["CUDA_VISIBLE_DEVICES"] = gpu
+        notes.append(f"GPU {gpu} of {env.get('CUDA_VISIBLE_DEVICES')}")
+        if task.get("nvidia"):
+            notes.append(setup_nvidia_once(Path(task["nvidia"]["udocker_dir"]), task["nvidia"]["container"]))
+    if placement is not None:
+        rendezvous = json.loads(Path(task["rendezvous"]).read_text())
+        iface = rank_interface(task["network_interface"], rendezvous["addr"])
+        child.update(horovod_gloo_env(placement, rendezvous["addr"], int(rendezvous["port"]), iface))
+        notes.append(f"Gloo rendezvous {rendezvous['addr']}:{rendezvous['port']} over {iface}")
+    return rank, child, notes
+
+
+def main(argv: list[str]) -> int:
+    """Run this task's rank and exit with its status; exit 1 with a message if the task cannot be placed."""
+    task = json.loads(Path(argv[0]).read_text())
+    try:
+        rank, env, notes = rank_environment(task, os.environ)
+    except HvdflowError as exc:
+        print(f"hvdflow rank task on {os.uname().nodename}: error: {exc}", file=sys.stderr)
+        return 1
+    logs = Path(task["logs"])
+    with open(logs / f"rank-{rank}.log", "wb") as log:
+        log.write(("".join(f"# {note}\n" for note in notes) + f"$ {' '.join(task['argv'])}\n").encode())
+        log.flush()
+        try:
+            code = subprocess.run(task["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  env=env).returncode
+        except OSError as exc:
+            log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
+            code = 127
+    reason = exit_reason(code, Path(task["result"].format(rank=rank)))
+    if reason is not None:
+        write_json_atomic(logs / f"rank-{rank}.failed.json",
+                          {"rank": rank, "host": os.uname().nodename, "reason": reason, "unix": time.time()})
+        return code if code > 0 else 1 if code == 0 else 128 - code
+    return 0
+
+
+def exit_reason(code: int, result: Path) -> str | None:
+    """Why a rank failed, or None if it did not: a non-zero status, a signal, or no result despite status 0.
+
+    udocker has been seen to exit 0 for a rank killed by SIGKILL inside the container, so the rank's result file
+    decides as well.
+    """
+    if code > 0:
+        return f"exit code {code}"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return None if result.exists() else f"exited 0 without writing {result}"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

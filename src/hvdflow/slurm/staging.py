@@ -1,0 +1,105 @@
+"""Node-local staging of a prepared dataset inside a Slurm job: one task per node copies, the others wait.
+
+Run as a job step with the training step's layout (``python -m hvdflow.slurm.staging stage SOURCE DEST REPORT_DIR``): the
+task with local id 0 copies the shards and ``index.json`` to ``DEST`` on its node's scratch, checks every shard's
+sha256 against the index, and renames the copy into place; the node's other tasks wait for it. Every task writes
+what srun told it (node, tasks per node) to ``REPORT_DIR/task-<rank>.json``, which the MPI launch mode reads.
+``clean DEST`` (one task per node) removes the staged copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from hvdflow import code_location
+from hvdflow.errors import LaunchError
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch.supervise import STEP_TIMEOUT
+from hvdflow_index import DatasetError, read_index, verified_shards
+
+
+def stage(source: Path, dest: Path) -> int:
+    """Copy the dataset at ``source`` to ``dest`` and verify it there; return the bytes copied.
+
+    The copy goes to ``DEST.partial`` first, so a half-copied dataset never looks staged.
+    """
+    host = os.uname().nodename
+    partial = dest.with_name(dest.name + ".partial")
+    try:
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+    except OSError as exc:
+        raise LaunchError(f"node-local scratch {dest.parent} on {host} is not writable: {exc.strerror} "
+                          f"(set scratch_dir in the profile's hvdflow.yaml)") from None
+    index = read_index(str(source))
+    copied = 0
+    for split in index["splits"]:  # type: ignore[attr-defined]
+        for shard in index["splits"][split]["shards"]:  # type: ignore[index]
+            copied += _copy(source / shard["file"], partial / shard["file"])
+    _copy(source / "index.json", partial / "index.json")
+    try:
+        for split in index["splits"]:  # type: ignore[attr-defined]
+            verified_shards(str(partial), index, split)
+    except DatasetError as exc:
+        raise LaunchError(f"staging to {host} failed verification: {exc}") from None
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(partial, dest)
+    return copied
+
+
+def _copy(src: Path, dst: Path) -> int:
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    except OSError as exc:
+        raise LaunchError(f"cannot copy {src} to {dst} on {os.uname().nodename}: {exc.strerror}") from None
+    return dst.stat().st_size
+
+
+def wait_for_stage(dest: Path, timeout: float) -> None:
+    """Block until ``dest/index.json`` exists on this node (the node's first task staged it)."""
+    deadline = time.monotonic() + timeout
+    while not (dest / "index.json").exists():
+        if time.monotonic() > deadline:
+            raise LaunchError(f"{dest} was not staged on {os.uname().nodename} within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def read_reports(report_dir: Path) -> list[dict[str, object]]:
+    """What every task of the staging step reported, in rank order."""
+    reports = [json.loads(p.read_text()) for p in report_dir.glob("task-*.json")]
+    return sorted(reports, key=lambda r: int(str(r["SLURM_PROCID"])))
+
+
+def main(argv: list[str]) -> int:
+    """``stage SOURCE DEST REPORT_DIR`` or ``clean DEST``, as one task of a Slurm job step."""
+    env = os.environ
+    try:
+        if argv[0] == "clean":
+            shutil.rmtree(Path(argv[1]), ignore_errors=True)
+            shutil.rmtree(Path(argv[1] + ".partial"), ignore_errors=True)
+            return 0
+        source, dest, reports = Path(argv[1]), Path(argv[2]), Path(argv[3])
+        started = time.monotonic()
+        copied = stage(source, dest) if env.get("SLURM_LOCALID") == "0" else None
+        if copied is None:
+            wait_for_stage(dest, STEP_TIMEOUT)
+        report = {key: env.get(key) for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
+                                                "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
+                                                "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS")}
+        report.update(hostname=os.uname().nodename, bytes_copied=copied, seconds=round(time.monotonic() - started, 3),
+                      hvdflow_source=str(code_location()))
+        write_json_atomic(reports / f"task-{env.get('SLURM_PROCID')}.json", report)
+        return 0
+    except (LaunchError, DatasetError) as exc:
+        print(f"hvdflow staging: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
