@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import time
@@ -11,6 +12,7 @@ from typing import Optional
 import yaml
 
 from conftest import HpcUser, TinyRepo
+from hvdflow.images.build.image import BuiltImage
 
 
 def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: Optional[dict[str, str]] = None):
@@ -28,6 +30,14 @@ def _containers(user: HpcUser, udocker_dir: Path) -> list[str]:
     return names
 
 
+def _manifest_layers(image: BuiltImage) -> list[str]:
+    """The layer digests the pushed image's manifest names (read from its OCI layout)."""
+    def blob(digest: str) -> dict:  # type: ignore[type-arg]
+        return json.loads((image.layout / "blobs" / "sha256" / digest.split(":", 1)[1]).read_text())
+
+    return [layer["digest"] for layer in blob(image.manifest_digest)["layers"]]
+
+
 def test_pull_pins_digest_creates_container_once_and_runs(hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
     image = tiny_repo.push("1.0", marker=f"first {tiny_repo.repository}")
     catalog = tiny_repo.catalog(hpc_user, "1.0")
@@ -39,8 +49,13 @@ def test_pull_pins_digest_creates_container_once_and_runs(hpc_user: HpcUser, tin
     assert record["container"] == f"tiny-{image.manifest_digest[7:19]}"
     lock = yaml.safe_load((catalog.parent / "images.lock.yaml").read_text())
     assert lock["images"]["tiny"] == {"reference": f"{tiny_repo.repository}:1.0", "digest": image.manifest_digest}
-    # the layer udocker stored is the one the manifest names, byte for byte
-    assert list((udocker_dir / "layers").glob("sha256:*"))
+    # every layer udocker stored is the one the manifest names, byte for byte
+    layers = _manifest_layers(image)
+    assert layers
+    for digest in layers:
+        stored = udocker_dir / "layers" / digest
+        assert stored.is_file(), f"udocker did not store layer {digest}"
+        assert "sha256:" + hashlib.sha256(stored.read_bytes()).hexdigest() == digest
 
     second = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir)
     assert second.returncode == 0, second.stderr
@@ -156,7 +171,10 @@ def test_lock_held_too_long_times_out_with_holder(hpc_user: HpcUser, tiny_repo: 
     lock = hpc_user.mkdir(udocker_dir / ".hvdflow") / "pull.lock"
     holder = subprocess.Popen(["runuser", "-u", hpc_user.name, "--", "flock", str(lock), "sleep", "30"])
     try:
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while subprocess.run(["flock", "--nonblock", str(lock), "true"]).returncode == 0:  # not held yet
+            assert holder.poll() is None and time.monotonic() < deadline, "flock never took the lock"
+            time.sleep(0.05)
         proc = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir, env={"HVDFLOW_LOCK_TIMEOUT": "2"})
     finally:
         holder.kill()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,54 +119,77 @@ GOLDEN_EXPERIMENT = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 8, "n
                      "batch_size": 32, "learning_rate": 0.01}
 
 
-class _Resources(dict):  # type: ignore[type-arg]
-    """Resources as the plugin reads them: ``get`` and attribute access."""
-
-    def __getattr__(self, name: str) -> object:
-        return self[name]
+RECORDED_TOOLS = ("sbatch", "squeue", "sacct", "sinfo", "sacctmgr", "sshare", "scancel")
 
 
-def _train_resources(dry_run_output: str) -> _Resources:
-    """The train job's evaluated resources, from the ``resources:`` line Snakemake prints in a dry run."""
-    block = dry_run_output.split("rule train:", 1)[1]
-    line = next(text for text in block.splitlines() if text.strip().startswith("resources:"))
-    resources = _Resources()
-    for item in line.split("resources:", 1)[1].split(", "):
-        key, value = item.strip().split("=", 1)
-        resources[key] = int(value) if value.lstrip("-").isdigit() else value
-    return resources
+def _recorded_sbatch(tree: Path, profile: str, recorder: Path) -> list[str]:
+    """The argv of the sbatch call Snakemake's Slurm plugin makes for the train job, recorded by a stand-in sbatch.
+
+    The dataset and image records are made beforehand, so the train job is the only one to run; Snakemake is
+    stopped (its whole process group) once the job was submitted.
+    """
+    bin_dir = recorder / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool in RECORDED_TOOLS:
+        (bin_dir / tool).symlink_to(REPO / "tests" / "slurm_recorder.py")
+    made = ("resources/images/hvdflow-cpu.json", "resources/datasets/digits/manifest", "resources/datasets/digits/chunk-0",
+            "resources/datasets/digits/index.json")
+    for age, path in enumerate(reversed(made)):  # older along the chain, so only the train job is due
+        target = tree / path
+        if target.suffix == ".json":
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("{}")
+        else:
+            target.mkdir(parents=True)
+        os.utime(target, (time.time() - 60 * (age + 1),) * 2)
+    profile_config = yaml.safe_load((tree / "profiles" / profile / "config.yaml").read_text())
+    accounts = [str(v) for v in [profile_config.get("default-resources", {}).get("slurm_account")] if v]
+    env = {**os.environ, "PATH": f"{bin_dir}:{BIN}:{os.environ['PATH']}", "HVDFLOW_RECORDER_DIR": str(recorder),
+           "HVDFLOW_RECORDER_ACCOUNTS": ",".join(accounts), "HVDFLOW_REGISTRY": "http://127.0.0.1:5999",
+           "HVDFLOW_ALLOW_ROOT": "1"}
+    calls = recorder / "calls.jsonl"
+    proc = subprocess.Popen([str(BIN / "snakemake"), "--profile", f"profiles/{profile}", "results/golden/run.json"],
+                            cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (calls.exists() and '"tool": "sbatch"' in calls.read_text()):
+            assert proc.poll() is None, f"snakemake ended without submitting:\n{proc.communicate()[0][-3000:]}"
+            assert time.monotonic() < deadline, "no sbatch call within 120 s"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    submitted = [c["argv"] for c in map(json.loads, calls.read_text().splitlines()) if c["tool"] == "sbatch"]
+    assert len(submitted) == 1, submitted
+    return submitted[0]
 
 
-def train_command_lines(tree: Path, profile: str) -> str:
-    """The sbatch line the Slurm plugin builds for the train job under ``profile``, and hvdflow's srun line."""
-    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
-    from snakemake_executor_plugin_slurm.utils import set_gres_string
+def train_command_lines(tree: Path, profile: str, recorder: Path) -> str:
+    """The sbatch line the Slurm plugin runs for the train job under ``profile``, and hvdflow's srun line.
 
+    The sbatch line is normalised: the run's uuid and working directory are named, the wrapped Snakemake command
+    is left out (it holds paths of this machine).
+    """
     from hvdflow.config.profile import load_profile
     from hvdflow.slurm.launch import srun_argv
 
     _edit(tree / "config" / "config.yaml", lambda c: c.update(experiments={"golden": GOLDEN_EXPERIMENT}))
-    proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run", "--forceall")
-    assert proc.returncode == 0, proc.stderr
-    resources = _train_resources(proc.stdout)
-    job = type("Job", (), {"resources": resources, "threads": 1, "name": "train"})()
-    account = f" -A {resources['slurm_account']}" if "slurm_account" in resources else ""
-    params = {"run_uuid": "RUN_UUID", "slurm_logfile": ".snakemake/slurm_logs/rule_train/golden/%j.log",
-              "comment_str": "rule_train_wildcards_golden", "account": account,
-              "partition": f" -p {resources['slurm_partition']}" if "slurm_partition" in resources else "",
-              "workdir": "WORKDIR"}
-    sbatch = get_submit_command(job, params) + set_gres_string(job)
+    argv = _recorded_sbatch(tree, profile, recorder)
+    uuid = argv[argv.index("--job-name") + 1]
+    sbatch = ["sbatch"] + [a.replace(uuid, "RUN_UUID").replace(str(tree), "WORKDIR") for a in argv
+                           if not a.startswith("--wrap=") and a != "/dev/stdin"]
     os.environ.setdefault("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     cluster = load_profile(tree / "profiles" / profile / "hvdflow.yaml").slurm
     assert cluster is not None
     srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"])
-    return f"{' '.join(sbatch.split())}\n{' '.join(srun)}\n"
+    return f"{' '.join(sbatch)}\n{' '.join(srun)}\n"
 
 
 @pytest.mark.parametrize("profile", SLURM_PROFILES)
-def test_train_command_lines_of_each_slurm_profile_are_golden(tree: Path, profile: str) -> None:
+def test_train_command_lines_of_each_slurm_profile_are_golden(tree: Path, profile: str, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     golden = GOLDEN / f"{profile}.train.txt"
-    got = train_command_lines(tree, profile)
+    got = train_command_lines(tree, profile, tmp_path_factory.mktemp("recorder"))
     if os.environ.get("HVDFLOW_UPDATE_GOLDEN") == "1":
         golden.write_text(got)
     assert got == golden.read_text(), f"regenerate with HVDFLOW_UPDATE_GOLDEN=1 if the change is intended:\n{got}"
