@@ -28,13 +28,18 @@ apt_install_missing() {
   [ ${#missing[@]} -eq 0 ] && return 0
   [ "$(id -u)" -eq 0 ] || { log "missing Debian packages: ${missing[*]} (ask your admin, or run as root)"; return 1; }
   log "apt-get install ${missing[*]}"
-  local policy=/usr/sbin/policy-rc.d made_policy=0
-  if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy && made_policy=1; fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  local rc=$?
-  [ $made_policy = 1 ] && rm -f $policy
-  return $rc
+  local policy=${HVDFLOW_POLICY_RC_D:-/usr/sbin/policy-rc.d}   # the path is settable for the tests only
+  [ -e $policy ] && { _apt_install "${missing[@]}"; return; }
+  # the subshell's EXIT trap removes our policy-rc.d whether the install succeeds, fails or is interrupted
+  (
+    trap 'rm -f '"$policy" EXIT
+    printf '#!/bin/sh\nexit 101\n' > $policy && chmod +x $policy
+    _apt_install "${missing[@]}"
+  )
+}
+
+_apt_install() {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
 # The key of a venv: the interpreter, the pinned constraints and the dependency lists.

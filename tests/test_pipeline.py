@@ -50,6 +50,17 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
         assert (demo.root / f"results/demo/plots/{plot}.png").read_bytes().startswith(PNG)
     assert list((demo.root / "results/demo/tensorboard").rglob("events.out.tfevents.*"))
     assert (demo.root / "logs/train/demo/rank-1.log").exists()
+    # the rules imported the checkout's own code (not the copy $PYTHONPATH names), and timed the jobs under logs/
+    assert record["code"]["hvdflow_source"] == str(demo.root / "src")
+    assert (demo.root / "logs/benchmarks/train/demo.tsv").is_file()
+
+
+def test_a_run_leaves_the_checkout_clean(demo: Pipeline) -> None:
+    if not (demo.root / ".git").is_dir():
+        pytest.skip("the suite runs from a tree without .git")
+    status = demo.user.run(["git", "-C", str(demo.root), "status", "--porcelain", "--untracked-files=all"],
+                           check=True).stdout.splitlines()
+    assert [line for line in status if line.startswith("??")] == []
 
 
 def test_second_call_has_nothing_to_do_and_a_changed_hyperparameter_reruns_only_training_on(demo: Pipeline) -> None:

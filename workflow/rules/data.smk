@@ -7,7 +7,7 @@ rule list_dataset:
     log:
         "logs/list_dataset/{dataset}.log",
     benchmark:
-        "benchmarks/list_dataset/{dataset}.tsv"
+        "logs/benchmarks/list_dataset/{dataset}.tsv"
     params:
         spec=lambda wildcards: config["datasets"][wildcards.dataset],
     run:
@@ -23,7 +23,7 @@ rule prepare_chunk:
     log:
         "logs/prepare_chunk/{dataset}-{chunk}.log",
     benchmark:
-        "benchmarks/prepare_chunk/{dataset}-{chunk}.tsv"
+        "logs/benchmarks/prepare_chunk/{dataset}-{chunk}.tsv"
     params:
         spec=lambda wildcards: config["datasets"][wildcards.dataset],
     run:

@@ -10,7 +10,7 @@ rule train:
     log:
         "logs/train/{experiment}.log",
     benchmark:
-        "benchmarks/train/{experiment}.tsv"
+        "logs/benchmarks/train/{experiment}.tsv"
     resources:
         # one Slurm job over the experiment's nodes, one task per rank; the rule's body starts the job steps.
         # runtime (minutes) and mem_mb (per node) are defaults: a profile's set-resources gives its cluster's.
