@@ -1,8 +1,10 @@
 """Benchmark: from ``snakemake`` start to the first training step of a Slurm run, and where the time goes.
 
 Run as the ordinary user in a pipeline working directory whose config has the experiment (the image pulled and the
-dataset prepared already, so only the train job runs), with the test bed up (``hvdflow testbed start``, root):
+dataset prepared already, so only the train job runs), with the test bed up (``hvdflow testbed start``, root) and
+its configuration named as that command prints:
 
+    export SLURM_CONF=/var/lib/hvdflow-testbed/etc/slurm.conf
     PYTHONPATH=src python benchmarks/slurm_startup.py --experiment cluster --reps 2
 
 Each repetition forces the train job to run again with ``snakemake --profile profiles/testbed``, then reads the

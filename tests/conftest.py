@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from helpers import build_tiny_layout  # noqa: E402
 from hvdflow.images.build.image import BuiltImage, build_image, push_image  # noqa: E402
 from hvdflow.images.catalog import load_catalog  # noqa: E402
+from hvdflow.testbed.cluster import default_layout  # noqa: E402
 from hvdflow.testbed.registry_server import start_registry  # noqa: E402
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
@@ -49,6 +50,8 @@ class HpcUser:
             "PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin",
             "PYTHONPATH": str(self.workspace / "src"),
             "HVDFLOW_CACHE": str(self.home / ".cache" / "hvdflow"),
+            # the test bed's Slurm configuration, as a site's login environment would name it
+            "SLURM_CONF": str(default_layout().etc / "slurm.conf"),
         }
         env.update(extra)
         return env

@@ -39,6 +39,20 @@ class Pipeline:
                               cwd=self.root, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
         return proc
 
+    def processes(self) -> list[str]:
+        """Live processes whose command line names this tree (ranks, rendezvous servers, proot): none may outlive
+        a run."""
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if str(self.root) in text and state not in ("Z", "X"):
+                found.append(f"{cmdline.parent.name}: {text[:300]}")
+        return found
+
     def json(self, rel: str) -> dict:  # type: ignore[type-arg]
         """A JSON file of the tree."""
         return json.loads((self.root / rel).read_text())

@@ -53,6 +53,7 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     # the rules imported the checkout's own code (not the copy $PYTHONPATH names), and timed the jobs under logs/
     assert record["code"]["hvdflow_source"] == str(demo.root / "src")
     assert (demo.root / "logs/benchmarks/train/demo.tsv").is_file()
+    assert demo.processes() == [], "a rank, rendezvous server or proot outlived the run"
 
 
 def test_a_run_leaves_the_checkout_clean(demo: Pipeline) -> None:
@@ -125,6 +126,7 @@ def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(hpc_use
     assert str(pipeline.root / "logs/train/demo/rank-1.log") in output
     for name in ("model.keras", "metrics.json", "run.json", "evaluation.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
+    assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"
 
 
 def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
@@ -140,3 +142,4 @@ def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hp
     assert f"shard {shard} has sha256" in proc.stdout + proc.stderr and "the file is corrupt" in proc.stdout + proc.stderr
     for name in ("model.keras", "metrics.json", "run.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
+    assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import HpcUser, Registry
-from hvdflow import testbed
+from hvdflow.testbed import cluster as testbed
 from pipeline_run import Pipeline
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
@@ -106,6 +106,9 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     assert slurm["job_id"] and slurm["nodelist"] == "n[1-2]" and slurm["tasks_per_node"] == "2(x2)"
     assert sorted(slurm["staging"]) == ["n1", "n2"] and all(s["bytes"] > 0 for s in slurm["staging"].values())
     assert not node_scratch_leftovers(cluster)
+    # one source of code: the rule and every job step on both nodes imported the pipeline tree's own hvdflow
+    assert record["code"]["hvdflow_source"] == str(pipeline.root / "src")
+    assert slurm["hvdflow_source"] == [str(pipeline.root / "src")]
     logs = pipeline.root / "logs" / "train" / "cluster"
     assert "no NVIDIA driver on n2: udocker setup --nvidia skipped" in (logs / "rank-3.log").read_text()
     if launcher == "gloo":  # the rendezvous server ran on the first node and the ranks found it there
@@ -138,6 +141,7 @@ def test_a_rank_killed_on_one_node_fails_the_job_and_names_its_log(cluster: Any,
     for name in ("run.json", "model.keras", "metrics.json"):
         assert not (pipeline.root / "results" / "cluster" / name).exists()
     assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == [], "a rank or the rendezvous server outlived the failed job"
 
 
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,
@@ -167,6 +171,9 @@ def test_stop_removes_only_what_start_made_and_start_is_idempotent(cluster: Any)
     def ip(*args: str) -> str:
         return subprocess.run(["ip", *args], capture_output=True, text=True, check=True).stdout
 
+    def etc_slurm() -> dict[str, str]:
+        return {str(p): p.read_text() if p.is_file() else "<dir>" for p in sorted(testbed.ETC_SLURM.rglob("*"))}
+
     conf = testbed.ETC_SLURM / "slurm.conf"
     subprocess.run(["ip", "link", "add", "hvdtb-foreign", "type", "bridge"], check=True)
     try:
@@ -174,14 +181,18 @@ def test_stop_removes_only_what_start_made_and_start_is_idempotent(cluster: Any)
         assert not any(testbed.status(cluster).values())
         assert "hvdtb0" not in ip("link") and "hvdtb-n1" not in ip("netns")
         assert "hvdtb-foreign" in ip("link")  # not the test bed's: left alone
-        assert not conf.exists()
         conf.write_text("# a site's own slurm.conf\n")
+        before = etc_slurm()
         testbed.start(cluster)
         testbed.start(cluster)  # idempotent: everything already runs
         assert all(testbed.status(cluster).values()) and testbed.nodes_idle(cluster)
-        assert (testbed.ETC_SLURM / "slurm.conf.before-hvdflow-testbed").read_text() == "# a site's own slurm.conf\n"
+        assert etc_slurm() == before, "the test bed wrote into the machine's /etc/slurm"
+        # the nodes read the test bed's configuration at the default path, inside their own mount namespace
+        job = subprocess.run(["srun", "--nodes=1", "cat", str(conf)], capture_output=True, text=True, check=True,
+                             env=testbed.client_env(cluster))
+        assert "ClusterName=hvdflow-testbed" in job.stdout
         testbed.stop(cluster)
-        assert conf.read_text() == "# a site's own slurm.conf\n" and not conf.is_symlink()
+        assert etc_slurm() == before
     finally:
         subprocess.run(["ip", "link", "del", "hvdtb-foreign"], check=False)
         conf.unlink(missing_ok=True)

@@ -40,6 +40,12 @@ def test_lint_and_snakefmt_are_clean(tree: Path) -> None:
     assert fmt.returncode == 0, fmt.stderr
 
 
+def test_ruff_is_clean_over_the_code_tests_and_benchmarks() -> None:
+    proc = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "src", "tests", "benchmarks"], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_dry_run_with_every_profile(tree: Path, profile: str) -> None:
     proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run")
@@ -106,10 +112,42 @@ def test_bad_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> N
     assert "profiles/local/hvdflow.yaml" in proc.stdout + proc.stderr and message in proc.stdout + proc.stderr
 
 
-def test_running_without_a_profile_says_so(tree: Path) -> None:
+def test_without_a_profile_the_embedded_default_runs(tree: Path) -> None:
     proc = snakemake(tree, "--cores", "1", "--dry-run")
-    assert proc.returncode != 0
-    assert "no cluster profile: run with --profile profiles/<cluster>" in proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert f"no profile given, so the embedded default runs: {tree / 'profiles/local/hvdflow.yaml'}" in output
+    assert "rule train:" in output or "localrule train:" in output
+
+
+def test_an_installed_profile_is_found_by_its_bare_name(tree: Path, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+    home = tmp_path_factory.mktemp("home")
+    env = {**os.environ, "HOME": str(home), "HVDFLOW_REGISTRY": "http://127.0.0.1:5999", "HVDFLOW_ALLOW_ROOT": "1"}
+    env.pop("XDG_CONFIG_HOME", None)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), cwd=tree, env=env, capture_output=True, text=True, timeout=300)
+
+    hvdflow = [sys.executable, "-m", "hvdflow", "profile", "install"]
+    installed = run(*hvdflow, "testbed", "--as", "cluster")
+    assert installed.returncode == 0, installed.stderr
+    target = home / ".config" / "snakemake" / "cluster"
+    assert f"as {target}" in installed.stdout and "run: snakemake --profile cluster" in installed.stdout
+    assert f"hvdflow_profile={target / 'hvdflow.yaml'}" in (target / "config.yaml").read_text()
+    assert "already installed" in run(*hvdflow, "testbed", "--as", "cluster").stdout
+    dry = run(str(BIN / "snakemake"), "--profile", "cluster", "--dry-run")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule train:" in dry.stdout + dry.stderr
+    # the installed hvdflow.yaml is the one the workflow reads: a bad key in it is named with its path
+    _edit(target / "hvdflow.yaml", lambda p: p.update(scratch="/tmp"))
+    bad = run(str(BIN / "snakemake"), "--profile", "cluster", "--dry-run")
+    assert bad.returncode != 0 and f"{target / 'hvdflow.yaml'}" in bad.stdout + bad.stderr
+    refused = run(*hvdflow, "testbed", "--as", "cluster")
+    assert refused.returncode == 1 and f"{target} exists and differs" in refused.stderr and "--force" in refused.stderr
+    assert run(*hvdflow, "testbed", "--as", "cluster", "--force").returncode == 0
+    missing = run(*hvdflow, "nosuch")
+    assert missing.returncode == 1 and "profiles/nosuch is not a cluster profile: it lacks config.yaml, hvdflow.yaml" \
+        in missing.stderr and "testbed" in missing.stderr
 
 
 SLURM_PROFILES = [p for p in PROFILES if "executor: slurm" in (REPO / "profiles" / p / "config.yaml").read_text()]

@@ -1,4 +1,5 @@
-"""The ``hvdflow`` command: build, push and pull images, serve a test registry, run the smoke job."""
+"""The ``hvdflow`` command: build, push and pull images, install cluster profiles, serve a test registry, run the
+smoke job, start the test-bed cluster."""
 
 from __future__ import annotations
 
@@ -116,17 +117,28 @@ def cmd_registry_serve(args: argparse.Namespace) -> int:
 
 def cmd_testbed(args: argparse.Namespace) -> int:
     """Start, stop or show the test-bed Slurm cluster (root)."""
-    from hvdflow import testbed
+    from hvdflow.testbed import cluster as testbed
 
     layout = testbed.default_layout(args.base, args.nodes)
     if args.action == "start":
         started = time.monotonic()
         testbed.start(layout)
-        print(f"test bed up: nodes {', '.join(layout.node_names)} in {time.monotonic() - started:.1f} s")
+        print(f"test bed up: nodes {', '.join(layout.node_names)} in {time.monotonic() - started:.1f} s\n"
+              f"its Slurm clients read: export SLURM_CONF={testbed.client_env(layout)['SLURM_CONF']}")
     elif args.action == "stop":
         testbed.stop(layout)
     else:
         print(json.dumps(testbed.status(layout), indent=2))
+    return 0
+
+
+def cmd_profile_install(args: argparse.Namespace) -> int:
+    """Install a profile of ``profiles/`` where Snakemake finds it by name, and say how to use it."""
+    from hvdflow.config.profile_install import install_profile
+
+    installed = install_profile(args.profiles / args.name, args.as_name or args.name, force=args.force)
+    state = "installed" if installed.changed else "already installed"
+    print(f"{installed.source} {state} as {installed.target}\nrun: snakemake --profile {installed.name}")
     return 0
 
 
@@ -162,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--out", type=Path, default=Path("results/smoke"))
     smoke.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
     smoke.set_defaults(func=cmd_smoke)
+
+    profile = sub.add_parser("profile", help="cluster profiles").add_subparsers(dest="action", required=True)
+    install = profile.add_parser("install", help="install a profile where `snakemake --profile NAME` finds it "
+                                 "(the user's Snakemake config folder, ~/.config/snakemake)")
+    install.add_argument("name", help="a folder of --profiles, e.g. testbed or your site's copy of slurm")
+    install.add_argument("--as", dest="as_name", default=None, help="the name to install it under (default: its own), "
+                         "e.g. --as cluster for `snakemake --profile cluster`")
+    install.add_argument("--profiles", type=Path, default=Path("profiles"), help="where the profiles are "
+                         "(default: profiles/ of the working directory)")
+    install.add_argument("--force", action="store_true", help="replace an installed profile of that name that differs")
+    install.set_defaults(func=cmd_profile_install)
 
     bed = sub.add_parser("testbed", help="a real Slurm cluster on this machine, nodes in namespaces (root)")
     bed.add_argument("action", choices=("start", "stop", "status"))

@@ -4,6 +4,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+# One source of code: the rules import the hvdflow that came with this workflow, whatever else is installed; the
+# Slurm launcher starts its job steps with the same folder first on PYTHONPATH (docs/architecture.md).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from hvdflow.pipeline import steps  # noqa: E402
@@ -20,8 +22,14 @@ from hvdflow.slurm.layout import (  # noqa: E402
 validate(config, "../schemas/config.schema.yaml", set_default=True)
 
 if "hvdflow_profile" not in config:
-    raise WorkflowError(
-        "no cluster profile: run with --profile profiles/<cluster> (its config.yaml sets hvdflow_profile)"
+    # no --profile: the embedded default's settings (this machine, no scheduler); Snakemake itself needs --cores
+    config["hvdflow_profile"] = str(
+        Path(workflow.basedir).parent / "profiles" / "local" / "hvdflow.yaml"
+    )
+    print(
+        f"hvdflow: no profile given, so the embedded default runs: {config['hvdflow_profile']} "
+        "(snakemake --profile NAME picks a cluster's; see profiles/README.md)",
+        file=sys.stderr,
     )
 try:
     PROFILE = load_profile(Path(config["hvdflow_profile"]))

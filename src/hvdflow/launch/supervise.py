@@ -45,17 +45,41 @@ def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str]) ->
 
 
 def stop(processes: Sequence[Supervised]) -> None:
-    """SIGTERM each live process group, then SIGKILL what is left after a grace period."""
-    live = [p for p in processes if p.proc.poll() is None]
-    for p in live:
-        _signal_group(p.proc, signal.SIGTERM)
+    """SIGTERM every process group that still has members, then SIGKILL what is left after a grace period.
+
+    Whole groups, not just the processes started: Debian's proot ignores SIGTERM and outlives the ``udocker run``
+    that started it, so a group whose leader has exited may still hold a live rank or rendezvous server.
+    """
+    for p in processes:
+        if group_members(p.proc.pid):
+            _signal_group(p.proc, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE
-    for p in live:
-        try:
-            p.proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+    while time.monotonic() < deadline and any(_reap_and_check(p) for p in processes):
+        time.sleep(0.1)
+    for p in processes:
+        if _reap_and_check(p):
             _signal_group(p.proc, signal.SIGKILL)
-            p.proc.wait()
+    for p in processes:
+        p.proc.wait()
+
+
+def _reap_and_check(p: Supervised) -> bool:
+    """Whether ``p``'s group still has live members, after reaping ``p`` itself if it has exited."""
+    p.proc.poll()
+    return bool(group_members(p.proc.pid))
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``, from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -1,9 +1,14 @@
 """A real Slurm cluster on one machine, for tests and demos: munge, MariaDB, slurmdbd, slurmctld, and one slurmd per
 node in its own network, UTS and mount namespace (root only).
 
+The configuration stays in the test bed's own folder: the daemons and the client commands on this machine read it
+through ``SLURM_CONF`` (:func:`client_env`), and each node sees it at ``/etc/slurm`` through a bind mount in the node's
+own mount namespace (the Snakemake Slurm plugin's job step drops ``SLURM_CONF``, so commands inside a job need the
+default path, as on a real compute node). The machine's own ``/etc/slurm`` is never written.
+
 ``start`` is idempotent (every daemon whose pid file names a live process is left alone; configuration that would
 change under running daemons is refused); ``stop`` ends only the processes named by its pid files and removes only
-the namespaces, links and ``/etc/slurm`` symlinks that ``start`` recorded. The Debian packages must be installed
+the namespaces and links that ``start`` recorded. The Debian packages must be installed
 (``scripts/lib.sh``: ``HVDFLOW_TESTBED_APT_PACKAGES``).
 """
 
@@ -38,8 +43,13 @@ def default_layout(base: Optional[Path] = None, nodes: int = 2) -> tc.Layout:
     return tc.Layout(base=base, nodes=nodes, controller_host=socket.gethostname().split(".")[0])
 
 
-def _sh(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(argv), capture_output=True, text=True)
+def client_env(layout: tc.Layout) -> dict[str, str]:
+    """This process's environment with ``SLURM_CONF`` naming the test bed's configuration."""
+    return {**os.environ, "SLURM_CONF": str(layout.etc / "slurm.conf")}
+
+
+def _sh(argv: Sequence[str], check: bool = True, env: Optional[dict[str, str]] = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, env=env)
     if check and proc.returncode != 0:
         raise TestbedError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     return proc
@@ -66,7 +76,7 @@ def _wait_for(what: str, check: Callable[[], bool], timeout: float, log: Optiona
 
 
 def _write_configs(layout: tc.Layout, running: bool) -> None:
-    """Render the configs; refuse to change one under running daemons; symlink them into /etc/slurm."""
+    """Render the configs into the test bed's own folder; refuse to change one under running daemons."""
     layout.etc.mkdir(parents=True, exist_ok=True)
     rendered = {name: render(layout) for name, render in CONFIG_FILES.items()}
     rendered["my.cnf"] = tc.mariadb_conf(layout)
@@ -80,14 +90,6 @@ def _write_configs(layout: tc.Layout, running: bool) -> None:
         path.write_text(text)
     (layout.etc / "slurmdbd.conf").chmod(0o600)
     (layout.etc / "my.cnf").chmod(0o644)
-    ETC_SLURM.mkdir(exist_ok=True)
-    for name in CONFIG_FILES:
-        link = ETC_SLURM / name
-        if link.is_symlink() and Path(os.readlink(link)) == layout.etc / name:
-            continue
-        if link.exists() or link.is_symlink():
-            link.rename(link.with_name(name + ".before-hvdflow-testbed"))
-        link.symlink_to(layout.etc / name)
 
 
 def _start_munge(layout: tc.Layout) -> None:
@@ -166,12 +168,13 @@ def _start_mariadb(layout: tc.Layout) -> None:
 
 
 def _start_slurmdbd(layout: tc.Layout) -> None:
+    env = client_env(layout)
     if not alive(layout.run / "slurmdbd.pid"):
-        _sh(["slurmdbd"])
-    _wait_for("slurmdbd", lambda: _sh(["sacctmgr", "-n", "list", "cluster"], check=False).returncode == 0, 30,
-              layout.log / "slurmdbd.log")
-    if tc.CLUSTER not in _sh(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"]).stdout.split():
-        _sh(["sacctmgr", "-i", "add", "cluster", tc.CLUSTER])
+        _sh(["slurmdbd"], env=env)
+    _wait_for("slurmdbd", lambda: _sh(["sacctmgr", "-n", "list", "cluster"], check=False, env=env).returncode == 0,
+              30, layout.log / "slurmdbd.log")
+    if tc.CLUSTER not in _sh(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=env).stdout.split():
+        _sh(["sacctmgr", "-i", "add", "cluster", tc.CLUSTER], env=env)
 
 
 def _make_node_dirs(layout: tc.Layout) -> None:
@@ -192,19 +195,23 @@ def _make_node_dirs(layout: tc.Layout) -> None:
 def _start_nodes(layout: tc.Layout) -> None:
     """One slurmd per node, in the node's network namespace and a new UTS and mount namespace.
 
-    ``nsenter --net`` rather than ``ip netns exec``, which remounts /sys and leaves slurmd without /sys/fs/cgroup.
+    In its mount namespace the node sees the test bed's hosts file, its own scratch, and the test bed's configuration
+    at ``/etc/slurm``; the machine's own files stay as they are. ``nsenter --net`` rather than ``ip netns exec``, which
+    remounts /sys and leaves slurmd without /sys/fs/cgroup.
     """
     for node in layout.node_names:
         if alive(layout.run / f"slurmd-{node}.pid"):
             continue
         script = (f"hostname {node} && mount --bind {layout.etc}/hosts /etc/hosts && "
+                  f"mount --bind {layout.etc} {ETC_SLURM} && "
                   f"mount --bind {layout.node_scratch(node)} {layout.scratch_mount} && exec slurmd -N {node}")
-        _sh(["nsenter", f"--net=/run/netns/{layout.netns(node)}", "unshare", "--uts", "--mount", "sh", "-c", script])
+        _sh(["nsenter", f"--net=/run/netns/{layout.netns(node)}", "unshare", "--uts", "--mount", "sh", "-c", script],
+            env=client_env(layout))
 
 
 def nodes_idle(layout: tc.Layout) -> bool:
     """Whether every node of the layout reports idle (or allocated/mixed: busy but up)."""
-    proc = _sh(["sinfo", "-h", "-N", "-o", "%N %T"], check=False)
+    proc = _sh(["sinfo", "-h", "-N", "-o", "%N %T"], check=False, env=client_env(layout))
     states = dict(line.split() for line in proc.stdout.splitlines() if line.strip())
     return all(states.get(n, "").rstrip("*") in ("idle", "mixed", "allocated") for n in layout.node_names)
 
@@ -216,6 +223,9 @@ def start(layout: tc.Layout) -> None:
     for tool in ("slurmctld", "slurmd", "slurmdbd", "munged", "mariadbd", "sacctmgr", "nsenter"):
         if shutil.which(tool) is None:
             raise TestbedError(f"{tool} not found: install HVDFLOW_TESTBED_APT_PACKAGES (scripts/lib.sh)")
+    if not ETC_SLURM.is_dir():
+        raise TestbedError(f"{ETC_SLURM} is missing (the nodes mount the test bed's configuration there): reinstall "
+                           "slurm-client")
     for d in (layout.run, layout.log, layout.base / "state", layout.base / "spool"):
         d.mkdir(parents=True, exist_ok=True)
     running = any(alive(p) for p in [*layout.run.glob("*.pid"), layout.mysql / "mariadbd.pid"])
@@ -226,8 +236,8 @@ def start(layout: tc.Layout) -> None:
     _start_mariadb(layout)
     _start_slurmdbd(layout)
     if not alive(layout.run / "slurmctld.pid"):
-        _sh(["slurmctld"])
-    _wait_for("slurmctld", lambda: _sh(["scontrol", "ping"], check=False).returncode == 0, 30,
+        _sh(["slurmctld"], env=client_env(layout))
+    _wait_for("slurmctld", lambda: _sh(["scontrol", "ping"], check=False, env=client_env(layout)).returncode == 0, 30,
               layout.log / "slurmctld.log")
     _start_nodes(layout)
     _wait_for("the nodes", lambda: nodes_idle(layout), 60, layout.log / f"slurmd-{layout.node_names[0]}.log")
@@ -247,11 +257,11 @@ def _terminate(pid_files: Sequence[Path], grace: float = 15.0) -> None:
 
 
 def stop(layout: tc.Layout) -> None:
-    """Stop what :func:`start` started, and remove what it created in the network and /etc/slurm."""
+    """Stop what :func:`start` started, and remove what it created in the network."""
     if os.geteuid() != 0:
         raise TestbedError("stopping the test bed needs root")
     if alive(layout.run / "slurmctld.pid"):
-        _sh(["scancel", "--full", f"--partition={tc.PARTITION}"], check=False)
+        _sh(["scancel", "--full", f"--partition={tc.PARTITION}"], check=False, env=client_env(layout))
     run = layout.run
     _terminate(sorted(run.glob("slurmd-*.pid")))
     _terminate([run / "slurmctld.pid"])
@@ -269,13 +279,6 @@ def stop(layout: tc.Layout) -> None:
         for entry in [e for e in entries if e.startswith("netns:")]:
             _sh(["ip", "netns", "del", entry.split(":", 1)[1]], check=False)
         record.unlink()
-    for name in CONFIG_FILES:
-        link = ETC_SLURM / name
-        if link.is_symlink() and Path(os.readlink(link)) == layout.etc / name:
-            link.unlink()
-            saved = link.with_name(name + ".before-hvdflow-testbed")
-            if saved.exists():
-                saved.rename(link)
 
 
 def status(layout: tc.Layout) -> dict[str, Optional[int]]:

@@ -1,0 +1,51 @@
+"""Supervision stops whole process groups: nothing a launched process started outlives it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hvdflow.errors import LaunchError
+from hvdflow.launch.supervise import group_members, start, stop, supervise
+
+# a leader that exits on SIGTERM and a child that ignores it, like `udocker run` and Debian's proot
+STUBBORN_CHILD = """
+import os, signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"],
+    stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+print("CHILD_PID", child.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def _child_pid(log: Path) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for line in log.read_text().splitlines():
+            if line.startswith("CHILD_PID "):
+                return int(line.split()[1])
+        time.sleep(0.05)
+    raise AssertionError(f"no child started: {log.read_text()}")
+
+
+def test_stop_kills_a_child_that_ignores_sigterm_after_its_leader_exited(tmp_path: Path) -> None:
+    process = start("stubborn", [sys.executable, "-c", STUBBORN_CHILD], tmp_path / "stubborn.log", {})
+    child = _child_pid(tmp_path / "stubborn.log")
+    assert child in group_members(process.proc.pid)
+    stop([process])
+    assert process.proc.returncode is not None
+    assert group_members(process.proc.pid) == [], "a process of the stopped group is still alive"
+
+
+def test_a_failure_stops_the_other_groups_entirely(tmp_path: Path) -> None:
+    stubborn = start("stubborn", [sys.executable, "-c", STUBBORN_CHILD], tmp_path / "stubborn.log", {})
+    _child_pid(tmp_path / "stubborn.log")
+    failing = start("failing rank", [sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "failing.log", {})
+    with pytest.raises(LaunchError, match="failing rank failed with exit code 3"):
+        supervise([stubborn, failing], timeout=60)
+    assert group_members(stubborn.proc.pid) == [] and group_members(failing.proc.pid) == []
