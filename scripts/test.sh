@@ -10,4 +10,6 @@ cd "$HVDFLOW_ROOT"
 apt_install_missing "${HVDFLOW_APT_PACKAGES[@]}" "${HVDFLOW_TESTBED_APT_PACKAGES[@]}"
 venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-test-$(venv_key)
 ensure_venv "$venv" test
+# Slurm clients of the suite read the test bed's own configuration, never the machine's /etc/slurm
+export SLURM_CONF=${HVDFLOW_TESTBED_DIR:-/var/lib/hvdflow-testbed}/etc/slurm.conf
 PYTHONPATH="$HVDFLOW_ROOT/src" exec "$venv/bin/python" -m pytest "$@"
