@@ -27,6 +27,7 @@ class Pipeline:
             shutil.copytree(user.workspace / part, self.root / part)
         if (REPO / ".git").is_dir():
             shutil.copytree(REPO / ".git", self.root / ".git")  # so the run record names the commit
+            shutil.copy2(REPO / ".gitignore", self.root / ".gitignore")  # and git sees the checkout's ignore rules
         _chown_tree(self.root, user.uid, user.gid)
 
     def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})

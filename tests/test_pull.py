@@ -172,7 +172,9 @@ def test_lock_held_too_long_times_out_with_holder(hpc_user: HpcUser, tiny_repo: 
     holder = subprocess.Popen(["runuser", "-u", hpc_user.name, "--", "flock", str(lock), "sleep", "30"])
     try:
         deadline = time.monotonic() + 30
-        while subprocess.run(["flock", "--nonblock", str(lock), "true"]).returncode == 0:  # not held yet
+        # probe as the user: a probe run as root would create the lock file as root, which the user cannot open
+        probe = ["runuser", "-u", hpc_user.name, "--", "flock", "--nonblock", str(lock), "true"]
+        while subprocess.run(probe).returncode == 0:  # not held yet
             assert holder.poll() is None and time.monotonic() < deadline, "flock never took the lock"
             time.sleep(0.05)
         proc = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir, env={"HVDFLOW_LOCK_TIMEOUT": "2"})
