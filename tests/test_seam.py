@@ -1,5 +1,6 @@
 """The seam and the floors: the host never imports TensorFlow, Horovod or the trainer; the trainer never imports the
-host; what both share is the standard-library package ``hvdflow_index``; no host module imports a floor above its own.
+host; what both share are the standard-library packages ``hvdflow_index`` (the dataset index) and
+``hvdflow_runstate`` (the checkpoint manifest); no host module imports a floor above its own.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def _room(module: str) -> str:
 
 
 HOST_FILES = sorted((SRC / "hvdflow").rglob("*.py"))
-CONTAINER_FILES = sorted([*(SRC / "hvdflow_trainer").rglob("*.py"), *(SRC / "hvdflow_index").rglob("*.py")])
+SHARED = ("hvdflow_index", "hvdflow_runstate")
+CONTAINER_FILES = sorted([*(SRC / "hvdflow_trainer").rglob("*.py"), *(f for name in SHARED for f in (SRC / name).rglob("*.py"))])
 
 
 def _fresh_import(code: str) -> list[str]:
@@ -66,12 +68,13 @@ def test_importing_every_host_module_loads_no_framework_and_no_trainer() -> None
             "names = [m.name for m in pkgutil.walk_packages(hvdflow.__path__, 'hvdflow.') if m.name != 'hvdflow.__main__']\n"
             "assert len(names) > 30, names\n"
             "for name in names: importlib.import_module(name)\n"
-            "import hvdflow_index")
+            "import hvdflow_index, hvdflow_runstate")
     assert _fresh_import(code) == []
 
 
-def test_the_shared_index_package_loads_no_framework_and_not_even_numpy() -> None:
-    assert _fresh_import("import hvdflow_index\nassert 'numpy' not in sys.modules, sorted(sys.modules)") == []
+@pytest.mark.parametrize("package", SHARED)
+def test_the_shared_packages_load_no_framework_and_not_even_numpy(package: str) -> None:
+    assert _fresh_import(f"import {package}\nassert 'numpy' not in sys.modules, sorted(sys.modules)") == []
 
 
 @pytest.mark.parametrize("path", HOST_FILES, ids=lambda p: str(p.relative_to(SRC)))
@@ -92,7 +95,7 @@ def test_host_modules_import_only_their_floor_and_below(path: Path) -> None:
 def test_container_code_never_imports_the_host(path: Path) -> None:
     imported = {name.split(".")[0] for name in _imports(path)}
     assert "hvdflow" not in imported, f"{path} imports the host package"
-    if path.is_relative_to(SRC / "hvdflow_index"):
+    if any(path.is_relative_to(SRC / name) for name in SHARED):
         assert not imported & {"hvdflow_trainer", *FRAMEWORKS}, f"{path} must need only the standard library"
 
 

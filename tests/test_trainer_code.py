@@ -11,7 +11,8 @@ from hvdflow_trainer.metrics import single_label_metrics
 from hvdflow_trainer.sources.common import split_indices
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-CONTAINER_CODE = sorted([*(SRC / "hvdflow_trainer").rglob("*.py"), *(SRC / "hvdflow_index").rglob("*.py")])
+CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate")
+CONTAINER_CODE = sorted(f for name in CONTAINER_PACKAGES for f in (SRC / name).rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", CONTAINER_CODE, ids=lambda p: str(p.relative_to(SRC)))

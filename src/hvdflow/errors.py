@@ -25,5 +25,9 @@ class LaunchError(HvdflowError):
     """A training rank or the rendezvous server failed."""
 
 
+class RunStopped(LaunchError):
+    """The ranks stopped together on a signal after rank 0 saved a checkpoint: the run resumes when started again."""
+
+
 class DatasetError(HvdflowError):
     """A dataset cannot be prepared, or a prepared one is incomplete."""

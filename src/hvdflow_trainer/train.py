@@ -9,6 +9,7 @@ the sha256 of its final weights); rank 0 writes the model, ``history.csv``, Tens
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -17,9 +18,12 @@ import time
 from typing import Dict, List, Optional
 
 from hvdflow_index import read_index, verified_shards, write_json
+from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_runstate import position as describe
 
 from .input_plan import plan_input
 from .records import parse_fn
+from .run_control import Position, StopFlag, StopRequested, run_control_callbacks
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
@@ -32,12 +36,18 @@ def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
     return sha.hexdigest()
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The shuffle seed of one epoch: a pure function of the run's seed and the epoch number."""
+    return (seed * 1000003 + epoch) % (2 ** 31 - 1)
+
+
 def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: int, size: int, batch: int,
-                 seed: int, shuffle_buffer: int):  # type: ignore[no-untyped-def]
-    """This rank's share of ``split`` (see input_plan): ``(dataset, records per rank, sharding mode)``.
+                 seed: int, shuffle_buffer: int, epoch: int = 0, skip_batches: int = 0):  # type: ignore[no-untyped-def]
+    """This rank's batches of ``split`` in ``epoch`` (see input_plan): ``(dataset, records per rank, sharding mode)``.
 
     Every rank gets the same number of records, so all take the same steps. With ``shuffle_buffer`` > 0 the
-    records are shuffled, with the seed, anew each epoch.
+    records are shuffled with :func:`epoch_seed`, so an epoch's order depends only on (seed, epoch, ranks, rank)
+    and a resumed epoch sees exactly the batches it would have seen; ``skip_batches`` drops the ones already done.
     """
     import tensorflow as tf
 
@@ -52,31 +62,62 @@ def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: i
         data = tf.data.TFRecordDataset(paths).shard(size, rank)
     data = data.take(per_rank)
     if shuffle_buffer > 0:
-        data = data.shuffle(min(shuffle_buffer, per_rank), seed=seed, reshuffle_each_iteration=True)
-    data = data.map(parse_fn(index), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return data.batch(batch).prefetch(tf.data.AUTOTUNE), per_rank, mode
+        data = data.shuffle(min(shuffle_buffer, per_rank), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
+    data = data.map(parse_fn(index), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(batch)
+    # Keras runs one extra, empty step on a dataset of unknown length, which starts a batch that never ends: Horovod's
+    # warm-up then raises the learning rate past its target and leaves the momentum corrected into the next epoch
+    data = data.apply(tf.data.experimental.assert_cardinality(-(-per_rank // batch)))
+    if skip_batches:
+        data = data.skip(skip_batches)
+    return data.prefetch(tf.data.AUTOTUNE), per_rank, mode
 
 
-class EpochFailure:
-    """Test hook: make one rank exit with status 3, or die of SIGKILL, at the end of a given epoch."""
+class InjectedFailure:
+    """Test hook: one rank fails at a given position, after a step or at an epoch's end.
 
-    def __init__(self, rank: int, epoch: int, kill: bool = False) -> None:
-        self.rank, self.epoch, self.kill = rank, epoch, kill
+    ``how`` is ``exit`` (status 3), ``kill`` (SIGKILL) or ``signal`` (SIGUSR1 to itself, as Slurm's warning before a
+    time limit: the ranks then stop after that step and rank 0 saves). With a ``marker`` file it fails only once: the
+    marker is written first, and a later attempt that finds it trains on.
+    """
 
-    def callback(self, my_rank: int):  # type: ignore[no-untyped-def]
-        """A Keras callback that exits this process when it is the failing rank and epoch."""
+    HOW = ("exit", "kill", "signal")
+
+    def __init__(self, rank: int, epoch: int, step: int, how: str, marker: str) -> None:
+        if how not in self.HOW:
+            raise ValueError("injected failure: %r is not one of %s" % (how, ", ".join(self.HOW)))
+        self.rank, self.epoch, self.step, self.how, self.marker = rank, epoch, step, how, marker
+
+    def fail(self, rank: int, where: str) -> None:
+        """Fail now as told (unless the marker says it already did)."""
+        if self.marker:
+            if os.path.exists(self.marker):
+                return
+            with open(self.marker, "w") as handle:
+                handle.write(where + "\n")
+        print("rank %d: failing on purpose (%s) %s" % (rank, self.how, where), flush=True)
+        if self.how == "signal":
+            os.kill(os.getpid(), signal.SIGUSR1)
+            return
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(3)
+
+    def callback(self, my_rank: int, position):  # type: ignore[no-untyped-def]
+        """A Keras callback (before the run's control callback) that fails when this rank is at the position."""
         import tensorflow as tf
 
         failure = self
 
         class _Fail(tf.keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
+                done = position.step + 1  # the control callback, after this one, counts this step
+                if (my_rank == failure.rank and failure.step and position.epoch + 1 == failure.epoch
+                        and done == failure.step):
+                    failure.fail(my_rank, "at step %d of epoch %d" % (failure.step, failure.epoch))
+
             def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
-                if my_rank == failure.rank and epoch + 1 == failure.epoch:
-                    how = "killing itself (SIGKILL)" if failure.kill else "exiting with status 3"
-                    print("rank %d: %s on purpose after epoch %d" % (my_rank, how, epoch + 1), flush=True)
-                    if failure.kill:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    os._exit(3)
+                if my_rank == failure.rank and not failure.step and epoch + 1 == failure.epoch:
+                    failure.fail(my_rank, "after epoch %d" % failure.epoch)
 
         return _Fail()
 
@@ -127,12 +168,72 @@ class EpochTimer:
         return _Timer()
 
 
+def resumable_warmup(hvd, initial_lr: float, warmup_epochs: int, steps_per_epoch: int):  # type: ignore[no-untyped-def]
+    """Horovod's learning-rate warm-up, told how many steps of the current epoch were done before a resume.
+
+    Horovod computes the rate from the batch index, which restarts at 0 in a resumed epoch; ``offset`` (set by the
+    training loop) adds the steps already done, so every step gets the rate it would have had.
+    """
+
+    class _Warmup(hvd.callbacks.LearningRateWarmupCallback):
+        offset = 0
+
+        def on_batch_begin(self, batch, logs=None):  # type: ignore[no-untyped-def]
+            super().on_batch_begin(batch + self.offset, logs)
+
+    return _Warmup(initial_lr=initial_lr, warmup_epochs=warmup_epochs, steps_per_epoch=steps_per_epoch, verbose=0)
+
+
+def pick_gpu(gpus: list, local_rank: int):  # type: ignore[type-arg,no-untyped-def]
+    """The GPU this rank uses: the only one visible (its launcher narrowed the list to its own), else its local rank's."""
+    if len(gpus) == 1:
+        return gpus[0]
+    if local_rank >= len(gpus):
+        raise RuntimeError("local rank %d sees %d GPUs and none of its own: give each rank one GPU"
+                           % (local_rank, len(gpus)))
+    return gpus[local_rank]
+
+
+def write_history(path: str, history: List[Dict[str, float]]) -> None:
+    """``history.csv`` as Keras' CSVLogger writes it: ``epoch`` (from 0), then the logged values in name order."""
+    import csv
+
+    keys = sorted({key for row in history for key in row})
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["epoch"] + keys)
+        for epoch, row in enumerate(history):
+            writer.writerow([epoch] + [row.get(key, "") for key in keys])
+    os.replace(tmp, path)
+
+
+def write_tensorboard(folder: str, history: List[Dict[str, float]], first_epoch: int) -> None:
+    """Epoch scalars (``epoch_<metric>``) under ``train/`` and ``validation/``, as Keras' TensorBoard callback names them."""
+    import tensorflow as tf
+
+    writers = {"train": tf.summary.create_file_writer(os.path.join(folder, "train")),
+               "validation": tf.summary.create_file_writer(os.path.join(folder, "validation"))}
+    for epoch in range(first_epoch, len(history)):
+        for key, value in history[epoch].items():
+            split, name = ("validation", key[4:]) if key.startswith("val_") else ("train", key)
+            with writers[split].as_default():
+                tf.summary.scalar("epoch_" + name, value, step=epoch)
+    for writer in writers.values():
+        writer.close()
+
+
 def train(args: argparse.Namespace) -> Dict[str, object]:
-    """Train on the dataset at ``args.dataset``; write the outputs into ``args.out``; return this rank's result."""
+    """Train on the dataset at ``args.dataset``; write the outputs into ``args.out``; return this rank's result.
+
+    Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when
+    the ranks stopped on a signal (rank 0 saved a checkpoint first).
+    """
     import horovod
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
+    from .checkpoints import RunCheckpoints
     from .models import build_model
 
     if args.deterministic_allreduce:
@@ -140,11 +241,14 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         # size-dependent algorithm (MPI) then sums each element in an order that depends on its place in the buffer:
         # with 3 or more ranks the weights would change from run to run. One allreduce per tensor fixes the order.
         os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
+    flag = StopFlag()
+    flag.install()
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
+        gpu = pick_gpu(gpus, hvd.local_rank())
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
     tf.keras.utils.set_random_seed(args.seed)
     tf.config.experimental.enable_op_determinism()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
@@ -154,8 +258,13 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
     multi = index["task"] == "multi-label"
     train_paths = verified_shards(args.dataset, index, "train")
     val_paths = verified_shards(args.dataset, index, "validation")
-    train_data, train_per_rank, sharding = rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(),
-                                                        args.batch_size, args.seed, args.shuffle_buffer)
+
+    def epoch_data(epoch: int, skip: int = 0):  # type: ignore[no-untyped-def]
+        return rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(), args.batch_size, args.seed,
+                            args.shuffle_buffer, epoch, skip)
+
+    _, train_per_rank, sharding = epoch_data(0)
+    steps_per_epoch = -(-train_per_rank // args.batch_size)
     val_data, _, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed, 0)
 
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
@@ -169,28 +278,38 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         loss, metrics = "sparse_categorical_crossentropy", ["accuracy"]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
 
-    timer = EpochTimer()
-    callbacks = [
-        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-        hvd.callbacks.MetricAverageCallback(),
-        hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=args.warmup_epochs,
-                                                 steps_per_epoch=-(-train_per_rank // args.batch_size), verbose=0),
-        timer.callback(),
-    ]
-    if model.non_trainable_weights:
-        callbacks.insert(2, average_statistics_callback())
-    if args.fail_rank >= 0:
-        callbacks.append(EpochFailure(args.fail_rank, args.fail_epoch, args.fail_kill).callback(hvd.rank()))
+    with open(args.identity) as handle:
+        identity = json.load(handle)
+    checkpoints = RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer)
+    resumed = checkpoints.restore()  # every rank restores the same checkpoint
+    state = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
+    history: List[Dict[str, float]] = list(state.get("history", []))  # type: ignore[arg-type]
+    position = Position(int(resumed["epoch"]), int(resumed["step"])) if resumed else Position(0, 0)  # type: ignore[arg-type]
+    start = (position.epoch, position.step)
     if hvd.rank() == 0:
-        os.makedirs(os.path.join(args.out, "checkpoints"), exist_ok=True)
-        callbacks += [
-            tf.keras.callbacks.ModelCheckpoint(os.path.join(args.out, "checkpoints", "epoch-{epoch:03d}.weights.h5"),
-                                               save_weights_only=True),
-            tf.keras.callbacks.TensorBoard(os.path.join(args.out, "tensorboard"), profile_batch=0),
-            tf.keras.callbacks.CSVLogger(os.path.join(args.out, "history.csv")),
-        ]
-    history = model.fit(train_data, validation_data=val_data, epochs=args.epochs, callbacks=callbacks,
-                        verbose=2 if hvd.rank() == 0 else 0)
+        print("hvdflow: %s" % ("resuming from checkpoint %s at %s" % (resumed["name"], describe(resumed))
+                               if resumed else "starting from scratch"), flush=True)
+
+    timer = EpochTimer()
+    warmup = resumable_warmup(hvd, scaled_lr, args.warmup_epochs, steps_per_epoch)
+    first, control = run_control_callbacks(model, flag, hvd.rank(), checkpoints if hvd.rank() == 0 else None, position,
+                                           steps_per_epoch, args.epochs, args.checkpoint_every, history,
+                                           state.get("metric_sums"))  # type: ignore[arg-type]
+    callbacks = [first, hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
+                 warmup, timer.callback()]
+    if model.non_trainable_weights:
+        callbacks.insert(3, average_statistics_callback())
+    if args.fail_rank >= 0:
+        marker = os.path.join(args.checkpoint_dir, ".injected-failure") if args.fail_once else ""
+        callbacks.append(InjectedFailure(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how,
+                                         marker).callback(hvd.rank(), position))
+    callbacks.append(control)
+    # one fit per epoch: each epoch's data is its own (epoch-seeded) dataset, and a resumed epoch skips what was done
+    while position.epoch < args.epochs:
+        skip = position.step
+        warmup.offset = skip
+        model.fit(epoch_data(position.epoch, skip)[0], validation_data=val_data, initial_epoch=position.epoch,
+                  epochs=position.epoch + 1, callbacks=callbacks, verbose=0)
 
     result: Dict[str, object] = {
         "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
@@ -198,9 +317,12 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         "controller": "mpi" if hvd.mpi_enabled() else "gloo",
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "weights_sha256": weights_sha256(model.get_weights()),
+        "epochs_done": position.epoch,
+        "resumed_from": {"epoch": start[0], "step": start[1]},
         "epoch_seconds": timer.seconds,
         "first_step_unix": timer.first_step_unix,
         "train_records_per_rank": train_per_rank,
+        "steps_per_epoch": steps_per_epoch,
         "input_sharding": sharding,
         "tensorflow": tf.__version__, "horovod": horovod.__version__,
         "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
@@ -210,9 +332,11 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         plain = tf.keras.models.clone_model(model)
         plain.set_weights(model.get_weights())
         plain.save(os.path.join(args.out, "model.keras"))
-        final = {key: float(values[-1]) for key, values in history.history.items()}
-        write_json(os.path.join(args.out, "metrics.json"), {"final": final, "epochs": args.epochs,
+        write_history(os.path.join(args.out, "history.csv"), history)
+        write_tensorboard(os.path.join(args.out, "tensorboard"), history, 0)
+        write_json(os.path.join(args.out, "metrics.json"), {"final": history[-1], "epochs": args.epochs,
                                                             "epoch_seconds": timer.seconds})
+        checkpoints.finish()
     return result
 
 
@@ -233,12 +357,23 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--deterministic-allreduce", action="store_true",
                         help="allreduce each tensor on its own (no tensor fusion): reproducible sums with 3+ ranks")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra- and inter-op threads per rank")
+    parser.add_argument("--checkpoint-dir", required=True, help="the run's checkpoint folder (kept across attempts)")
+    parser.add_argument("--identity", required=True, help="JSON file: the run's identity (hvdflow_runstate.run_identity)")
+    parser.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints")
+    parser.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept")
     parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--fail-epoch", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--fail-kill", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fail-step", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-how", default="exit", help=argparse.SUPPRESS)
+    parser.add_argument("--fail-once", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    result = train(args)
+    os.makedirs(args.checkpoint_dir, exist_ok=True)
+    try:
+        result = train(args)
+    except StopRequested as stop:
+        print("hvdflow: %s; exiting with status %d to be resumed" % (stop, STOPPED_EXIT), flush=True)
+        sys.exit(STOPPED_EXIT)
     write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
 
 

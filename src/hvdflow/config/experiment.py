@@ -7,6 +7,10 @@ from typing import Any, Mapping
 
 from hvdflow.errors import LaunchError
 
+RESUME_MODES = ("auto", "never")
+RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
+"""Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
+
 
 @dataclass(frozen=True)
 class TrainSpec:
@@ -24,12 +28,17 @@ class TrainSpec:
     nodes: int = 1
     deterministic_allreduce: bool = True
     shuffle_buffer: int = 10000
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 2
+    resume: str = "auto"
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
             raise LaunchError(f"ranks must be at least 1, got {self.ranks}")
         if not 1 <= self.nodes <= self.ranks:
             raise LaunchError(f"nodes must be between 1 and ranks ({self.ranks}), got {self.nodes}")
+        if self.resume not in RESUME_MODES:
+            raise LaunchError(f"resume must be one of {', '.join(RESUME_MODES)}, got {self.resume!r}")
 
     @classmethod
     def from_config(cls, entry: Mapping[str, Any]) -> "TrainSpec":
@@ -41,5 +50,6 @@ class TrainSpec:
         return ["--model", self.model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
                 "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
                 "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed),
-                "--shuffle-buffer", str(self.shuffle_buffer)] + (
+                "--shuffle-buffer", str(self.shuffle_buffer), "--checkpoint-every", str(self.checkpoint_every),
+                "--keep-checkpoints", str(self.keep_checkpoints)] + (
                     ["--deterministic-allreduce"] if self.deterministic_allreduce else [])

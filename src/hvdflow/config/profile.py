@@ -25,7 +25,7 @@ _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
 _REQUIRED = ("registry", "runtime", "launcher")
-_OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm")
+_OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm", "step_timeout_minutes")
 _SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
 _SLURM_OPTIONAL = ("srun_extra",)
 
@@ -53,6 +53,9 @@ class ClusterProfile:
     network_interface: str
     native_venv_dir: Path
     slurm: Optional[SlurmCluster] = None
+    step_timeout: Optional[float] = None
+    """Seconds one pipeline step may run (``step_timeout_minutes``); None: no limit of hvdflow's own (under Slurm,
+    the job's time limit is the limit)."""
 
 
 def _expand(where: str, value: Any) -> str:
@@ -98,7 +101,17 @@ def load_profile(path: Path) -> ClusterProfile:
         native_venv_dir=Path(_expand(f"{where}: native_venv_dir",
                                      data.get("native_venv_dir", str(home / ".cache/hvdflow/native")))),
         slurm=_slurm(f"{where}: slurm", data["slurm"], interface) if scheduler == "slurm" else None,
+        step_timeout=_minutes(f"{where}: step_timeout_minutes", data.get("step_timeout_minutes")),
     )
+
+
+def _minutes(where: str, value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    minutes = expect(where, value, (int, float))
+    if isinstance(minutes, bool) or minutes <= 0:
+        raise ConfigError(f"{where}: must be a positive number of minutes, got {value!r}")
+    return float(minutes) * 60
 
 
 def _slurm(where: str, data: Any, interface: str) -> SlurmCluster:

@@ -9,12 +9,12 @@ Both run in either runtime (udocker or native, :mod:`hvdflow.launch.runtime`); e
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime
-from hvdflow.launch.supervise import Supervised, start, stop, supervise, supervise_mpirun
+from hvdflow.launch.supervise import ProgressFollower, Supervised, start, stop, supervise, supervise_mpirun
 
 
 def launch_gloo_local(
@@ -23,13 +23,14 @@ def launch_gloo_local(
     command: Sequence[str],
     logs: Path,
     paths: Sequence[Path],
-    timeout: float,
+    timeout: Optional[float],
     iface: str = "lo",
+    progress: Optional[Path] = None,
 ) -> None:
     """Run ``command`` as Horovod ranks on this host over Gloo, one process each, supervised.
 
     ``paths`` are the host paths the ranks read and write (bound into containers); the logs and the rendezvous
-    server's port file go to ``logs``.
+    server's port file go to ``logs``; rank 0's progress lines to ``progress`` (the rule's log).
     """
     logs.mkdir(parents=True, exist_ok=True)
     binds = [logs, *paths]
@@ -39,7 +40,7 @@ def launch_gloo_local(
         for placement in placements:
             argv = runtime.command(command, horovod_gloo_env(placement, "127.0.0.1", port, iface), binds)
             ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env()))
-        supervise(ranks, timeout)
+        supervise(ranks, timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
     finally:
         stop(ranks + [server])
 
@@ -50,8 +51,9 @@ def launch_mpi_local(
     command: Sequence[str],
     logs: Path,
     paths: Sequence[Path],
-    timeout: float,
+    timeout: Optional[float],
     mpirun: str = "mpirun",
+    progress: Optional[Path] = None,
 ) -> None:
     """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one process each.
 
@@ -64,4 +66,4 @@ def launch_mpi_local(
     per_rank_log = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1'
     argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
             "sh", "-c", per_rank_log, str(logs / "rank"), *inner]
-    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout)
+    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout, progress)

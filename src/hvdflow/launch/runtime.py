@@ -15,8 +15,8 @@ from typing import Mapping, Sequence, Union
 from hvdflow.images.udocker import Udocker, run_argv
 
 TRAINER_MOUNT = "/opt/hvdflow"
-CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index")
-"""The packages the in-container code needs: the trainer and the index format it shares with the host."""
+CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate")
+"""The packages the in-container code needs: the trainer, and the index and checkpoint formats it shares with the host."""
 
 
 def package_dir(name: str) -> Path:

@@ -14,14 +14,15 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-from hvdflow.errors import LaunchError
+from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.runtime import Runtime
+from hvdflow_runstate import STOPPED_EXIT
 
-STEP_TIMEOUT = float(os.environ.get("HVDFLOW_STEP_TIMEOUT", "7200"))
-"""How long one pipeline step (or a node's wait for staging) may run, in seconds."""
 STOP_GRACE = 10.0
+STOPPING_WAIT = 120.0
+"""How long the other processes may take to exit after one exited with STOPPED_EXIT (they stop together)."""
 
 
 @dataclass
@@ -97,33 +98,55 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def supervise(processes: Sequence[Supervised], timeout: float) -> None:
-    """Wait for all processes to exit 0; on the first failure or the timeout stop the others and raise LaunchError."""
-    deadline = time.monotonic() + timeout
+def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
+              follow: Optional[Callable[[], None]] = None) -> None:
+    """Wait for all processes to exit 0; on the first failure or the timeout stop the others and raise LaunchError.
+
+    No ``timeout`` means no limit of hvdflow's own (a Slurm job's limit is Slurm's to enforce). Processes that exit
+    with :data:`STOPPED_EXIT` stopped on a signal after a checkpoint: when all of them did, RunStopped. ``follow``
+    is called on every poll (to copy progress into the rule's log).
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
     pending = list(processes)
+    stopped: list[Supervised] = []
     try:
         while pending:
             for p in list(pending):
                 code = p.proc.poll()
                 if code is None:
                     continue
-                if code != 0:
+                if code == STOPPED_EXIT:
+                    stopped.append(p)
+                    stopping_deadline = time.monotonic() + STOPPING_WAIT
+                    deadline = stopping_deadline if deadline is None else min(deadline, stopping_deadline)
+                elif code != 0:
                     raise LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
                                       f"Log: {p.log}\n{log_tail(p.log)}")
                 pending.remove(p)
-            if pending and time.monotonic() > deadline:
+            if follow is not None:
+                follow()
+            if pending and deadline is not None and time.monotonic() > deadline:
                 names = ", ".join(p.label for p in pending)
-                raise LaunchError(f"{names} still running after {timeout:.0f} s; stopped. Logs: "
-                                  + ", ".join(str(p.log) for p in pending))
+                what = "after the others stopped on a signal" if stopped else f"after {timeout:.0f} s"
+                raise LaunchError(f"{names} still running {what}; stopped. Logs: " + ", ".join(str(p.log) for p in pending))
             time.sleep(0.2)
+        if stopped:
+            raise RunStopped(f"{', '.join(p.label for p in stopped)} stopped on a signal after a checkpoint "
+                             f"(exit status {STOPPED_EXIT}); starting the job again resumes the run. Log: {stopped[0].log}")
     finally:
         stop(processes)
 
 
-def supervise_mpirun(launcher: Supervised, logs: Path, timeout: float) -> None:
-    """Wait for ``mpirun``; on failure, LaunchError naming the rank mpirun reports and that rank's log in ``logs``."""
+def supervise_mpirun(launcher: Supervised, logs: Path, timeout: Optional[float] = None, progress: Optional[Path] = None
+                     ) -> None:
+    """Wait for ``mpirun``; on failure, LaunchError naming the rank mpirun reports and that rank's log in ``logs``.
+
+    Rank 0's progress lines are copied to ``progress`` (the rule's log) meanwhile.
+    """
     try:
-        supervise([launcher], timeout)
+        supervise([launcher], timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
+    except RunStopped:
+        raise
     except LaunchError as exc:
         failed = mpirun_failed_rank(launcher.log)
         if failed is None:
@@ -146,7 +169,40 @@ def mpirun_failed_rank(mpirun_log: Path) -> tuple[int, int] | None:
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def run_one(runtime: Runtime, command: Sequence[str], paths: Sequence[Path], log: Path, timeout: float, what: str) -> None:
+def run_one(runtime: Runtime, command: Sequence[str], paths: Sequence[Path], log: Path, timeout: Optional[float],
+            what: str) -> None:
     """Run one non-distributed step (preparation, evaluation) in the runtime; LaunchError naming ``what`` and the log."""
     process = start(what, runtime.command(command, {}, paths), log, runtime.process_env())
     supervise([process], timeout)
+
+
+class ProgressFollower:
+    """Copies the trainer's progress lines (``hvdflow: ...``) from rank 0's log to the rule's log as they come."""
+
+    PREFIX = b"hvdflow: "
+
+    def __init__(self, source: Path, sink: Optional[Path]) -> None:
+        self.source, self.sink, self.offset, self.partial = source, sink, 0, b""
+
+    def __call__(self) -> None:
+        """Copy the complete progress lines written since the last call (to stdout where there is no sink)."""
+        try:
+            with open(self.source, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            if line.startswith(self.PREFIX):
+                note(self.sink, line.decode(errors="replace"))
+
+
+def note(sink: Optional[Path], line: str) -> None:
+    """Append one line to ``sink`` (the rule's log), or print it where there is none."""
+    if sink is None:
+        print(line, flush=True)
+        return
+    with open(sink, "a") as handle:
+        handle.write(line + "\n")

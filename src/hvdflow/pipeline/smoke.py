@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from hvdflow.config.experiment import TrainSpec
@@ -10,6 +11,7 @@ from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.udocker import Udocker
 from hvdflow.launch.runtime import UdockerRuntime
+from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import prepare_dataset, train
 
 DIGITS = {"name": "digits", "source": "sklearn-digits", "validation_fraction": 0.1, "test_fraction": 0.2, "seed": 42,
@@ -29,9 +31,10 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
     (out_dir / "summary.json").unlink(missing_ok=True)
     dataset = out_dir / "dataset"
     prepare_dataset(runtime, DIGITS, dataset, out_dir / "logs" / "prepare.log")
-    fail = (fail_rank, 1, False) if fail_rank >= 0 else None
-    results = train(runtime, launcher, smoke_spec(ranks, epochs), dataset, out_dir / "train", out_dir / "logs" / "train",
-                    fail=fail)
+    fail = f"{fail_rank}:1" if fail_rank >= 0 else None
+    spec = smoke_spec(ranks, epochs)
+    identity = identity_of(asdict(spec), record.digest, dataset / "index.json")
+    results = train(runtime, launcher, spec, dataset, out_dir / "train", out_dir / "logs" / "train", identity, fail=fail)
     metrics = json.loads((out_dir / "train" / "metrics.json").read_text())
     summary: dict[str, object] = {
         "launcher": launcher,

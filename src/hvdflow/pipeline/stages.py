@@ -17,33 +17,39 @@ from typing import Any, Mapping, Optional
 from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import SlurmCluster
-from hvdflow.errors import DatasetError, LaunchError
+from hvdflow.errors import DatasetError, LaunchError, RunStopped
+from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
 from hvdflow.launch.rank_env import placements
 from hvdflow.launch.runtime import Runtime
-from hvdflow.launch.supervise import STEP_TIMEOUT, run_one
+from hvdflow.launch.supervise import note, run_one
+from hvdflow.pipeline.resume import begin_attempt, end_attempt, prepare_checkpoint_folder
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 
 LAUNCHERS = ("gloo", "mpi")
-TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard", "checkpoints")
+TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
+CHECKPOINTS = "checkpoints"
+"""The run's checkpoint folder in its output folder: not an output (Snakemake would delete it before a retry)."""
 
 
-def list_dataset(runtime: Runtime, spec: Mapping[str, Any], chunks: int, manifest_dir: Path, log: Path) -> None:
+def list_dataset(runtime: Runtime, spec: Mapping[str, Any], chunks: int, manifest_dir: Path, log: Path,
+                 timeout: Optional[float] = None) -> None:
     """Scatter: list a resolved dataset spec's samples into a manifest of ``chunks`` chunks (in the runtime)."""
     manifest_dir.parent.mkdir(parents=True, exist_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.prepare", "list", "--spec", json.dumps(dict(spec), sort_keys=True),
                "--chunks", str(chunks), "--out", str(manifest_dir)]
-    run_one(runtime, command, [manifest_dir.parent, *bind_paths(spec)], log, STEP_TIMEOUT, f"listing dataset {spec['name']}")
+    run_one(runtime, command, [manifest_dir.parent, *bind_paths(spec)], log, timeout, f"listing dataset {spec['name']}")
 
 
-def prepare_chunk(runtime: Runtime, manifest_dir: Path, chunk: int, chunk_dir: Path, log: Path) -> None:
+def prepare_chunk(runtime: Runtime, manifest_dir: Path, chunk: int, chunk_dir: Path, log: Path,
+                  timeout: Optional[float] = None) -> None:
     """Write one chunk of a manifest as shards into ``chunk_dir`` (in the runtime)."""
     spec = json.loads((manifest_dir / DATASET_FILE).read_text())["spec"]
     command = ["python3", "-m", "hvdflow_trainer.prepare", "chunk", "--manifest", str(manifest_dir),
                "--chunk", str(chunk), "--out", str(chunk_dir)]
-    run_one(runtime, command, sorted({manifest_dir.parent, chunk_dir.parent, *bind_paths(spec)}), log, STEP_TIMEOUT,
+    run_one(runtime, command, sorted({manifest_dir.parent, chunk_dir.parent, *bind_paths(spec)}), log, timeout,
             f"preparing chunk {chunk} of dataset {spec['name']}")
 
 
@@ -67,60 +73,94 @@ def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, lo
 
 
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
-          iface: str = "lo", fail: Optional[tuple[int, int, bool]] = None,
-          slurm: Optional[SlurmCluster] = None) -> list[dict[str, object]]:
+          identity: Mapping[str, object], iface: str = "lo", fail: Optional[str] = None,
+          slurm: Optional[SlurmCluster] = None, timeout: Optional[float] = None, progress: Optional[Path] = None
+          ) -> list[dict[str, object]]:
     """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
 
-    Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``. With ``slurm`` the ranks run
-    as tasks of the current Slurm job on ``spec.nodes`` nodes, reading a node-local copy of the dataset.
+    Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``, checkpoints to
+    ``out_dir/checkpoints`` (kept across attempts: :mod:`hvdflow.pipeline.resume`). With ``slurm`` the ranks run
+    as tasks of the current Slurm job on ``spec.nodes`` nodes, reading a node-local copy of the dataset. ``timeout``
+    (seconds) is the profile's own limit, if it sets one; what the run does and rank 0's progress lines go to
+    ``progress`` (the rule's log).
 
-    Raises LaunchError if a rank fails or the ranks end with different weights. ``fail`` = (rank, epoch, kill) makes
-    that rank crash at the end of that epoch, by SIGKILL if ``kill`` (for tests).
+    Raises RunStopped if the ranks stopped on a signal (a checkpoint was saved), LaunchError if a rank fails, ends
+    before the last epoch, or the ranks end with different weights. ``fail`` (``RANK:EPOCH[.STEP][:exit|kill|signal][:once]``)
+    makes that rank crash after that epoch or step (for tests).
     """
     if launcher not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoints = out_dir / CHECKPOINTS
+    plan = prepare_checkpoint_folder(checkpoints, identity, spec.resume)
+    note(progress, f"hvdflow: {plan}")
     for name in TRAIN_OUTPUTS:
         target = out_dir / name
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     for stale in out_dir.glob("rank-*.json"):
         stale.unlink()
-    failing = [] if fail is None else ["--fail-rank", str(fail[0]), "--fail-epoch", str(fail[1])] + (
-        ["--fail-kill"] if fail[2] else [])
-    job = TrainingJob(spec.trainer_args() + failing, spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(logs_dir / "identity.json", dict(identity))
+    run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
+    job = TrainingJob(spec.trainer_args() + run_args + failure_args(fail), spec.ranks, spec.nodes, dataset_dir,
+                      out_dir, logs_dir)
+    begin_attempt(checkpoints, plan)
     try:
         if slurm is not None:
-            launch_slurm(runtime, launcher, slurm, job, STEP_TIMEOUT)
+            launch_slurm(runtime, launcher, slurm, job, timeout, progress)
         elif launcher == "gloo":
             ranks = placements([(socket.gethostname(), spec.ranks)])
-            launch_gloo_local(runtime, ranks, job.argv(), logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT, iface)
+            launch_gloo_local(runtime, ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout, iface, progress)
         else:
-            launch_mpi_local(runtime, spec.ranks, job.argv(), logs_dir, [out_dir, dataset_dir], STEP_TIMEOUT)
-        return collect_rank_results(out_dir, spec.ranks)
-    except BaseException:
+            launch_mpi_local(runtime, spec.ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout,
+                             progress=progress)
+        results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
+    except BaseException as exc:
         for name in ("model.keras", "metrics.json"):
             (out_dir / name).unlink(missing_ok=True)
+        outcome = "stopped on a signal after a checkpoint" if isinstance(exc, RunStopped) else "failed"
+        end_attempt(checkpoints, outcome, str(exc) or type(exc).__name__)
         raise
+    end_attempt(checkpoints, "completed")
+    return results
 
 
-def collect_rank_results(out_dir: Path, ranks: int) -> list[dict[str, object]]:
-    """Every rank's ``rank-<r>.json``; LaunchError if one is missing or the final weights differ."""
+def failure_args(fail: Optional[str]) -> list[str]:
+    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|kill|signal][:once]`` (none for None)."""
+    if not fail:
+        return []
+    rank, when, *how = fail.split(":")
+    epoch, _, step = when.partition(".")
+    modes = [h for h in how if h != "once"]
+    if len(modes) > 1 or set(modes) - {"exit", "kill", "signal"}:
+        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, kill, signal, then optionally once")
+    return (["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how", (modes or ["exit"])[0]]
+            + (["--fail-once"] if "once" in how else []))
+
+
+def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[dict[str, object]]:
+    """Every rank's ``rank-<r>.json``; LaunchError if one is missing, ended before the last epoch, or the final
+    weights differ."""
     results = []
     for rank in range(ranks):
         path = out_dir / f"rank-{rank}.json"
         if not path.exists():
             raise LaunchError(f"rank {rank} exited 0 but wrote no result {path}")
-        results.append(json.loads(path.read_text()))
+        result = json.loads(path.read_text())
+        if result.get("epochs_done") != epochs:
+            raise LaunchError(f"rank {rank} exited 0 after {result.get('epochs_done')} of {epochs} epochs ({path})")
+        results.append(result)
     hashes = [str(r["weights_sha256"]) for r in results]
     if len(set(hashes)) != 1:
         raise LaunchError(f"ranks ended with different weights: {[h[:12] for h in hashes]}")
     return results
 
 
-def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, log: Path) -> dict[str, object]:
+def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, log: Path,
+             timeout: Optional[float] = None) -> dict[str, object]:
     """Test-set metrics of ``model`` written to ``out_file``."""
     out_file.unlink(missing_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.evaluate", "--model", str(model), "--dataset", str(dataset_dir),
                "--out", str(out_file)]
-    run_one(runtime, command, [model.parent, dataset_dir, out_file.parent], log, STEP_TIMEOUT, f"evaluating {model}")
+    run_one(runtime, command, [model.parent, dataset_dir, out_file.parent], log, timeout, f"evaluating {model}")
     return json.loads(out_file.read_text())

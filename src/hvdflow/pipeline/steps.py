@@ -13,13 +13,16 @@ from typing import Any, Iterator, Mapping
 from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile
+from hvdflow.errors import RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
 from hvdflow.pipeline.record import run_record
-from hvdflow.pipeline.stages import evaluate, gather_dataset, list_dataset, prepare_chunk, train
+from hvdflow.pipeline.resume import identity_of, load_attempts
+from hvdflow.pipeline.stages import CHECKPOINTS, evaluate, gather_dataset, list_dataset, prepare_chunk, train
+from hvdflow.slurm.requeue import requeue_or_explain
 
 
 @contextmanager
@@ -62,7 +65,7 @@ def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, cata
     """List dataset ``name``'s samples into the manifest directory, cut into the entry's number of chunks."""
     with logged(log):
         list_dataset(runtime_for(profile, image_record, catalog), resolved_spec(name, entry), entry["chunks"],
-                     manifest.resolve(), log.resolve().with_suffix(".run.log"))
+                     manifest.resolve(), log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
 def chunk_step(chunk: int, profile: ClusterProfile, catalog: Path, image_record: Path, manifest: Path, out: Path,
@@ -70,7 +73,7 @@ def chunk_step(chunk: int, profile: ClusterProfile, catalog: Path, image_record:
     """Prepare one chunk of a manifest into its shard directory."""
     with logged(log):
         prepare_chunk(runtime_for(profile, image_record, catalog), manifest.resolve(), chunk, out.resolve(),
-                      log.resolve().with_suffix(".run.log"))
+                      log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
 def gather_step(manifest: Path, chunks: list[Path], index: Path, log: Path) -> None:
@@ -79,27 +82,31 @@ def gather_step(manifest: Path, chunks: list[Path], index: Path, log: Path) -> N
         gather_dataset(manifest.resolve(), [c.resolve() for c in chunks], index.parent.resolve())
 
 
-def injected_failure() -> tuple[int, int, bool] | None:
-    """Fault injection for tests: ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[:kill]`` makes that rank exit with status 3
-    (or die of SIGKILL) after that epoch."""
-    value = os.environ.get("HVDFLOW_INJECT_RANK_FAILURE")
-    if not value:
-        return None
-    rank, epoch, *how = value.split(":")
-    return int(rank), int(epoch), how == ["kill"]
-
-
 def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
                image_record: Path, index: Path, record_out: Path, log: Path) -> None:
-    """Train experiment ``name``; write its run record last."""
+    """Train experiment ``name``; write its run record last.
+
+    A run stopped on a signal (a checkpoint saved) inside a Slurm job requeues the job, which resumes it; where Slurm
+    refuses, or outside Slurm, the step fails so that the rule's retries (or the next call) resume it.
+    ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|kill|signal][:once]`` makes a rank fail on purpose (for tests).
+    """
     with logged(log):
         started = time.time()
         out_dir, logs_dir = record_out.parent.resolve(), log.resolve().with_suffix("")
-        results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
-                        TrainSpec.from_config(spec), index.parent.resolve(), out_dir, logs_dir,
-                        iface=profile.network_interface, fail=injected_failure(), slurm=profile.slurm)
+        digest = str(json.loads(image_record.read_text())["digest"])
+        try:
+            results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
+                            TrainSpec.from_config(spec), index.parent.resolve(), out_dir, logs_dir,
+                            identity_of(spec, digest, index), iface=profile.network_interface,
+                            fail=os.environ.get("HVDFLOW_INJECT_RANK_FAILURE"), slurm=profile.slurm,
+                            timeout=profile.step_timeout)
+        except RunStopped as stopped:
+            if profile.slurm is not None:
+                requeue_or_explain(stopped)
+            raise
         record = run_record(name, spec, config, profile, image_record, index, record_out.parent, logs_dir, results,
                             started, time.time())
+        record["attempts"] = load_attempts(out_dir / CHECKPOINTS)
         write_json_atomic(record_out, record)
 
 
@@ -108,7 +115,7 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
     """Test-set metrics of a trained model."""
     with logged(log):
         evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
-                 log.resolve().with_suffix(".run.log"))
+                 log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
 # Rule bodies: Snakemake's `run:` blocks call these with the job's namespaces, so the rules stay one line long.

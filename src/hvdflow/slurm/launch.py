@@ -24,13 +24,13 @@ from typing import Mapping, Optional, Sequence
 
 from hvdflow import code_location
 from hvdflow.config.profile import SlurmCluster
-from hvdflow.errors import LaunchError
+from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
-from hvdflow.launch.supervise import log_tail, start, stop, supervise, supervise_mpirun
+from hvdflow.launch.supervise import ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed
 from hvdflow.slurm.staging import read_reports
 
@@ -114,12 +114,19 @@ def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
                           f"\n{exc}") from None
 
 
-def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: float, logs: Path) -> None:
-    """Run one job step to completion; LaunchError naming the failed rank and its log."""
+def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: Optional[float], logs: Path,
+              progress: Optional[Path] = None) -> None:
+    """Run one job step to completion; LaunchError naming the failed rank and its log (RunStopped as it is)."""
     step = start(label, argv, log, env)
     try:
-        supervise([step], timeout)
+        supervise([step], timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
+    except RunStopped:
+        raise
     except LaunchError as exc:
+        stopped = sorted(logs.glob("rank-*.stopped.json"))
+        if stopped and first_failed_rank(logs) is None:
+            raise RunStopped(f"{label}: {len(stopped)} rank(s) stopped on a signal after a checkpoint; starting the "
+                             f"job again resumes the run. Log: {logs / 'rank-0.log'}") from None
         _raise_for_rank(label, logs, exc)
         failed = srun_failed_task(log)
         if failed is None:
@@ -144,12 +151,16 @@ def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str
     }
 
 
-def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, timeout: float) -> Path:
-    """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read."""
+def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, timeout: Optional[float],
+                 progress: Optional[Path] = None) -> Path:
+    """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read.
+
+    Rank 0's progress lines go to ``progress`` (the rule's log) as they come.
+    """
     job_id = _job_id()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
     logs.mkdir(parents=True, exist_ok=True)
-    for stale in logs.glob("rank-*.failed.json"):
+    for stale in [*logs.glob("rank-*.failed.json"), *logs.glob("rank-*.stopped.json")]:
         stale.unlink()
     staged = cluster.scratch_dir / f"hvdflow-job-{job_id}" / "dataset"
     reports = logs / "staging"
@@ -169,12 +180,12 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
         write_json_atomic(logs / "task.json", task)
         rank_program = _python("hvdflow.slurm.rank_task", str(logs / "task.json"))
         if launcher == "gloo":
-            _train_gloo(runtime, cluster, ranks, nodes, rank_program, logs, env, timeout)
+            _train_gloo(runtime, cluster, ranks, nodes, rank_program, logs, env, timeout, progress)
         else:
             mpi_env = {**env, **_allocation_env(reports, job_id, ranks, nodes)}
             if gpus:
                 mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
-            _train_mpi(ranks, rank_program, logs, mpi_env, timeout)
+            _train_mpi(ranks, rank_program, logs, mpi_env, timeout, progress)
     finally:
         clean = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--overlap",
                  *_python("hvdflow.slurm.staging", "clean", str(staged.parent))]
@@ -187,21 +198,25 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
 
 
 def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks: int, nodes: int, rank_program: list[str], logs: Path,
-                env: dict[str, str], timeout: float) -> None:
+                env: dict[str, str], timeout: Optional[float], progress: Optional[Path]) -> None:
     server, port = start_rendezvous_server(runtime, logs, [logs], env)
     try:
         write_json_atomic(logs / "rendezvous.json", {"addr": rendezvous_address(cluster.network_interface),
                                                      "port": port, "host": os.uname().nodename})
-        _run_step("training", srun_argv(cluster, ranks, nodes, rank_program), logs / "srun.log", env, timeout, logs)
+        _run_step("training", srun_argv(cluster, ranks, nodes, rank_program), logs / "srun.log", env, timeout, logs,
+                  progress)
     finally:
         stop([server])
 
 
-def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: float) -> None:
+def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: Optional[float],
+               progress: Optional[Path]) -> None:
     argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--mca", "plm", "slurm", "--mca", "ras", "slurm",
             "--mca", "btl", "self,tcp", *rank_program]
     try:
-        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout)
+        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout, progress)
+    except RunStopped:
+        raise
     except LaunchError as exc:
         _raise_for_rank("training", logs, exc)
         raise

@@ -2,10 +2,11 @@
 
 ``python -m hvdflow.slurm.rank_task TASK.json`` reads the launch written by :mod:`hvdflow.slurm.launch`, finds this task's
 rank and local rank, keeps the one GPU of its local rank visible, sets udocker up for NVIDIA once per container and
-node where a driver exists, adds Horovod's Gloo variables (rendezvous address from the run directory), and replaces
-runs the runtime's command, its output in ``rank-<r>.log``. A rank that exits non-zero leaves
-``rank-<r>.failed.json`` (host, exit code, time), so the launcher can tell the rank that failed first from those
-that failed because it did.
+node where a driver exists, adds Horovod's Gloo variables (rendezvous address from the run directory), and
+runs the runtime's command in its own process group, forwarding TERM, USR1 and INT to it, its output in
+``rank-<r>.log``. A rank that exits non-zero leaves ``rank-<r>.failed.json`` (host, exit code, time), so the launcher
+can tell the rank that failed first from those that failed because it did; one that stopped on a signal after a
+checkpoint (exit status 75) leaves ``rank-<r>.stopped.json`` instead.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
 from hvdflow.errors import HvdflowError
 from hvdflow.files.atomic import write_json_atomic
@@ -26,8 +28,10 @@ from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
 from hvdflow.slurm.env import global_rank_of, gpu_for_local_rank, local_rank_of, slurm_placement
+from hvdflow_runstate import STOPPED_EXIT
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 def nvidia_driver_version() -> str | None:
@@ -75,6 +79,31 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     return rank, child, notes
 
 
+def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str]) -> int:
+    """Run ``argv`` in its own process group, forwarding TERM, USR1 and INT to that whole group; its exit status.
+
+    Under ``proctrack/cgroup`` Slurm signals only a task's top process (this one); the trainer inside the container
+    must get the signal to checkpoint, and USR1's default action would kill this process instead.
+    """
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                            start_new_session=True)
+
+    def forward(signum: int, frame: object) -> None:
+        log.write(f"# hvdflow rank task: forwarding {signal.Signals(signum).name} to the rank\n".encode())
+        log.flush()
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str]) -> int:
     """Run this task's rank and exit with its status; exit 1 with a message if the task cannot be placed."""
     task = json.loads(Path(argv[0]).read_text())
@@ -88,15 +117,17 @@ def main(argv: list[str]) -> int:
         log.write(("".join(f"# {note}\n" for note in notes) + f"$ {' '.join(task['argv'])}\n").encode())
         log.flush()
         try:
-            code = subprocess.run(task["argv"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  env=env).returncode
+            code = run_forwarding_signals(task["argv"], log, env)
         except OSError as exc:
             log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
             code = 127
+    where = {"rank": rank, "host": os.uname().nodename, "unix": time.time()}
+    if code == STOPPED_EXIT:
+        write_json_atomic(logs / f"rank-{rank}.stopped.json", where)
+        return code
     reason = exit_reason(code, Path(task["result"].format(rank=rank)))
     if reason is not None:
-        write_json_atomic(logs / f"rank-{rank}.failed.json",
-                          {"rank": rank, "host": os.uname().nodename, "reason": reason, "unix": time.time()})
+        write_json_atomic(logs / f"rank-{rank}.failed.json", {**where, "reason": reason})
         return code if code > 0 else 1 if code == 0 else 128 - code
     return 0
 

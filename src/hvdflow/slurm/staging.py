@@ -15,11 +15,11 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from hvdflow import code_location
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.launch.supervise import STEP_TIMEOUT
 from hvdflow_index import DatasetError, read_index, verified_shards
 
 
@@ -61,11 +61,14 @@ def _copy(src: Path, dst: Path) -> int:
     return dst.stat().st_size
 
 
-def wait_for_stage(dest: Path, timeout: float) -> None:
-    """Block until ``dest/index.json`` exists on this node (the node's first task staged it)."""
-    deadline = time.monotonic() + timeout
+def wait_for_stage(dest: Path, timeout: Optional[float] = None) -> None:
+    """Block until ``dest/index.json`` exists on this node (the node's first task staged it).
+
+    No limit by default: if the staging task fails, srun's ``--kill-on-bad-exit`` ends the waiting ones.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
     while not (dest / "index.json").exists():
-        if time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() > deadline:
             raise LaunchError(f"{dest} was not staged on {os.uname().nodename} within {timeout:.0f} s")
         time.sleep(0.2)
 
@@ -88,7 +91,7 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         copied = stage(source, dest) if env.get("SLURM_LOCALID") == "0" else None
         if copied is None:
-            wait_for_stage(dest, STEP_TIMEOUT)
+            wait_for_stage(dest)
         report = {key: env.get(key) for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
                                                 "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
                                                 "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS")}

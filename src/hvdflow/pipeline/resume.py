@@ -1,0 +1,121 @@
+"""Before a training launch: resume the run, refuse a checkpoint of another run, or start over; and the run's attempts.
+
+The checkpoint folder (``results/<experiment>/checkpoints``) is not a declared output, so Snakemake's retries and
+reruns leave it alone; this module decides what a new attempt does with it:
+
+- an unfinished run with the same identity (experiment config less its run settings, image digest, dataset index):
+  resume from its newest sound checkpoint;
+- an unfinished run with another identity: refuse, naming every difference, unless ``resume: never``;
+- a finished run, or ``resume: never``: move the folder aside to ``checkpoints.previous/<UTC time>``, never delete it.
+
+Each attempt is one entry of ``attempts.json`` in the folder (Slurm job id and restart count, where it started and
+ended, and how it ended); an entry still marked running when the next attempt starts was killed without a word.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from hvdflow.config.experiment import RUN_SETTINGS
+from hvdflow.errors import LaunchError
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow_runstate import (
+    CheckpointError,
+    identity_differences,
+    newest_sound_checkpoint,
+    position,
+    read_manifest,
+    run_identity,
+    sha256_file,
+)
+
+ATTEMPTS = "attempts.json"
+KILLED = "ended without a word: killed (time limit, preemption, a lost node or a cancelled job) before it could record"
+
+
+def identity_of(spec: Mapping[str, Any], image_digest: str, index: Path) -> dict[str, object]:
+    """The identity of a run of experiment ``spec`` (less its run settings) in image ``image_digest`` on ``index``."""
+    experiment = {k: v for k, v in sorted(spec.items()) if k not in RUN_SETTINGS}
+    return run_identity(experiment, image_digest, sha256_file(str(index)))
+
+
+def _move_aside(folder: Path, why: str) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = folder.parent / f"{folder.name}.previous" / stamp
+    target.parent.mkdir(parents=True, exist_ok=True)
+    folder.rename(target)
+    return f"{why}: its checkpoints were moved to {target}"
+
+
+def prepare_checkpoint_folder(folder: Path, identity: Mapping[str, object], resume: str) -> str:
+    """Make ``folder`` ready for a new attempt (see the module's docstring); what was done, in words.
+
+    LaunchError naming the folder and every difference when it holds an unfinished run of another identity, or when
+    its manifest is unreadable or names no sound checkpoint.
+    """
+    try:
+        manifest = read_manifest(str(folder))
+    except CheckpointError as exc:
+        raise LaunchError(str(exc)) from None
+    if manifest is None:
+        if folder.is_dir() and any(folder.iterdir()):
+            return _move_aside(folder, f"{folder} has files but no manifest (an older hvdflow's checkpoints)")
+        return "starting from scratch (no checkpoint)"
+    if manifest.get("finished"):
+        return _move_aside(folder, "the last run finished; starting a new one")
+    if resume == "never":
+        return _move_aside(folder, "resume: never; starting from scratch")
+    changes = identity_differences(manifest["identity"], dict(identity))  # type: ignore[arg-type]
+    if changes:
+        raise LaunchError(f"{folder} holds an unfinished run of another configuration, which this one would not "
+                          f"continue exactly: " + "; ".join(changes) + ". Restore those settings to resume it, or set "
+                          "resume: never in the experiment to start over (its checkpoints are moved aside, not deleted)")
+    entry, warnings = newest_sound_checkpoint(str(folder), manifest)
+    for warning in warnings:
+        print(f"hvdflow: warning: {folder}: {warning}; falling back to an older one")
+    if entry is None and manifest["checkpoints"]:
+        raise LaunchError(f"{folder}: none of the checkpoints its manifest names is sound ({'; '.join(warnings)}); "
+                          "set resume: never to start over (they are moved aside, not deleted)")
+    return f"resuming from {folder / str(entry['name'])} at {position(entry)}" if entry else \
+        "starting from scratch (the run stopped before its first checkpoint)"
+
+
+def load_attempts(folder: Path) -> list[dict[str, Any]]:
+    """The attempts recorded in ``folder`` (empty if none)."""
+    path = folder / ATTEMPTS
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def current_position(folder: Path) -> str:
+    """Where the run's newest checkpoint leaves training, in words."""
+    manifest = read_manifest(str(folder))
+    return position(manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None)  # type: ignore[index]
+
+
+def begin_attempt(folder: Path, plan: str) -> list[dict[str, Any]]:
+    """Record a new attempt as running (marking a previous one still running as killed); all attempts so far."""
+    folder.mkdir(parents=True, exist_ok=True)
+    attempts = load_attempts(folder)
+    for attempt in attempts:
+        if attempt["outcome"] == "running":
+            attempt["outcome"] = KILLED
+    attempts.append({"attempt": len(attempts) + 1, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                     "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+                     "host": os.uname().nodename, "start_unix": time.time(), "plan": plan,
+                     "from": current_position(folder), "outcome": "running"})
+    write_json_atomic(folder / ATTEMPTS, attempts)
+    return attempts
+
+
+def end_attempt(folder: Path, outcome: str, error: Optional[str] = None) -> list[dict[str, Any]]:
+    """Record how the running attempt ended; all attempts so far."""
+    attempts = load_attempts(folder)
+    attempts[-1].update({"end_unix": time.time(), "to": current_position(folder), "outcome": outcome})
+    if error:
+        attempts[-1]["error"] = error.splitlines()[0]
+    write_json_atomic(folder / ATTEMPTS, attempts)
+    return attempts

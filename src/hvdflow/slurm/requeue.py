@@ -1,0 +1,37 @@
+"""Resume a stopped run in the same Slurm job: ``scontrol requeue`` of the job the train rule runs in.
+
+After the ranks stopped on a signal and rank 0 saved a checkpoint, the train step asks Slurm to requeue its own
+job: Slurm ends the job now and starts it again, with the same id and ``SLURM_RESTART_COUNT`` one higher, and the
+restarted job resumes from the checkpoint. A job that is not requeueable (no ``--requeue`` and ``JobRequeue=0``), or
+a Slurm that refuses, leaves the step failing, so that the rule's ``retries`` submit a new job that resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from typing import NoReturn
+
+from hvdflow.errors import RunStopped
+
+REQUEUE_WAIT = 300.0
+"""How long the step waits for Slurm to end the requeued job before failing on its own."""
+
+
+def requeue_or_explain(stopped: RunStopped) -> NoReturn:
+    """Requeue the current Slurm job and wait for Slurm to end it; RunStopped saying why if that cannot happen."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        raise stopped
+    try:
+        proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+        refusal = proc.stderr.strip() or proc.stdout.strip() if proc.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        refusal = str(exc)
+    if refusal:
+        raise RunStopped(f"{stopped}\nSlurm did not requeue job {job} ({refusal}); the rule fails, and its retries "
+                         "resume the run in a new job") from None
+    print(f"hvdflow: {stopped}\nhvdflow: job {job} requeued; Slurm ends it now and restarts it to resume", flush=True)
+    time.sleep(REQUEUE_WAIT)
+    raise RunStopped(f"{stopped}\njob {job} was requeued but still runs after {REQUEUE_WAIT:.0f} s")
