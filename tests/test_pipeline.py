@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -54,6 +55,12 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert record["code"]["hvdflow_source"] == str(demo.root / "src")
     assert (demo.root / "logs/benchmarks/train/demo.tsv").is_file()
     assert demo.processes() == [], "a rank, rendezvous server or proot outlived the run"
+    # one attempt, its checkpoints kept and marked finished; the rule's log follows the epochs
+    assert [(a["outcome"], a["from"], a["to"]) for a in record["attempts"]] == [("completed", "the start", "epoch 10 step 0")]
+    manifest = json.loads((demo.root / "results/demo/checkpoints/manifest.json").read_text())
+    assert manifest["finished"] and [c["name"] for c in manifest["checkpoints"]] == ["ckpt-180", "ckpt-200"]
+    log = (demo.root / "logs/train/demo.log").read_text()
+    assert "hvdflow: starting from scratch" in log and "hvdflow: epoch 10/10: accuracy " in log and " ETA " in log
 
 
 def test_a_run_leaves_the_checkout_clean(demo: Pipeline) -> None:
@@ -128,6 +135,54 @@ def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(hpc_use
     for name in ("model.keras", "metrics.json", "run.json", "evaluation.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"
+
+
+def test_a_rank_killed_mid_epoch_is_retried_and_resumes_to_the_same_weights(demo: Pipeline, hpc_user: HpcUser,
+                                                                            registry: Registry, udocker_dir: Path) -> None:
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake("--retries", "1", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:3.5:kill:once"})
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "rank 1 failed with exit code -9" in proc.stdout + proc.stderr
+    record = pipeline.json("results/demo/run.json")
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    first, second = record["attempts"]
+    assert (first["outcome"], first["from"], first["to"]) == ("failed", "the start", "epoch 2 step 0")
+    assert first["error"].startswith("rank 1 failed with exit code -9")
+    assert (second["outcome"], second["from"], second["to"]) == ("completed", "epoch 2 step 0", "epoch 10 step 0")
+    assert "resuming from checkpoint ckpt-40 at epoch 2 step 0" in (pipeline.root / "logs/train/demo.log").read_text()
+    assert (pipeline.root / "results/demo/history.csv").read_text() == (demo.root / "results/demo/history.csv").read_text()
+    assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the run"
+
+
+def test_a_stop_signal_checkpoints_mid_epoch_and_the_next_call_resumes_past_a_corrupt_checkpoint(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    stopped = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:4.4:signal:once"})
+    assert stopped.returncode != 0
+    assert "stopped on a signal after a checkpoint (exit status 75)" in stopped.stdout + stopped.stderr
+    for name in ("model.keras", "metrics.json", "run.json", "history.csv"):
+        assert not (pipeline.root / "results/demo" / name).exists(), name
+    assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the stopped run"
+    checkpoints = pipeline.root / "results/demo/checkpoints"
+    manifest = json.loads((checkpoints / "manifest.json").read_text())
+    assert [(c["name"], c["epoch"], c["step"], c["reason"]) for c in manifest["checkpoints"]] == [
+        ("ckpt-60", 3, 0, "epoch end"), ("ckpt-64", 3, 4, "signal SIGUSR1")]
+    assert not manifest["finished"]
+    # the newest checkpoint is damaged before the next call: it falls back to the one before and still ends equal
+    data = checkpoints / "ckpt-64.data-00000-of-00001"
+    data.write_bytes(bytes([data.read_bytes()[0] ^ 0xFF]) + data.read_bytes()[1:])
+    resumed = pipeline.snakemake()
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    log = (pipeline.root / "logs/train/demo.log").read_text()
+    assert "checkpoint ckpt-64 (epoch 3, step 4) is not sound: ckpt-64.data-00000-of-00001 does not match its sha256" in log
+    assert "resuming from checkpoint ckpt-60 at epoch 3 step 0" in log
+    record = pipeline.json("results/demo/run.json")
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    assert [(a["outcome"], a["from"], a["to"]) for a in record["attempts"]] == [
+        ("stopped on a signal after a checkpoint", "the start", "epoch 3 step 4"),
+        ("completed", "epoch 3 step 0", "epoch 10 step 0")]
+    assert json.loads((checkpoints / "manifest.json").read_text())["finished"]
+    assert pipeline.processes() == []
 
 
 def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hpc_user: HpcUser, registry: Registry,

@@ -9,7 +9,7 @@ import pytest
 
 from hvdflow.errors import LaunchError
 from hvdflow.launch.rank_env import placements
-from hvdflow.slurm.env import expand_tasks_per_node, gpu_for_local_rank, slurm_placement
+from hvdflow.slurm.env import expand_tasks_per_node, gpu_for_rank, local_size_of, slurm_placement
 from hvdflow.slurm.launch import first_failed_rank, srun_failed_task
 from hvdflow.slurm.rank_task import exit_reason
 from hvdflow.slurm.staging import read_reports
@@ -49,15 +49,27 @@ def test_outside_a_job_step_is_named() -> None:
         slurm_placement({"SLURM_STEP_TASKS_PER_NODE": "2"})
 
 
-@pytest.mark.parametrize("visible, local_rank, gpu", [("0,1", 0, "0"), ("0,1", 1, "1"), ("2,3", 1, "3"),
-                                                      (None, 0, None), ("", 3, None)])
-def test_one_gpu_per_local_rank(visible: str | None, local_rank: int, gpu: str | None) -> None:
-    assert gpu_for_local_rank(visible, local_rank, "n1") == gpu
+@pytest.mark.parametrize("visible, local_rank, local_size, gpu", [
+    ("0,1", 0, 2, "0"), ("0,1", 1, 2, "1"), ("2,3", 1, 2, "3"),   # a list the node's tasks share
+    ("0,1,2,3", 2, 3, "2"),                                       # more GPUs than ranks on the node
+    ("3", 1, 4, "3"), ("0", 3, 4, "0"), ("1", 0, 1, "1"),         # one device per task: its own
+    (None, 0, 2, None), ("", 3, 4, None), ("NoDevFiles", 0, 1, None),  # no GPU
+])
+def test_each_rank_gets_exactly_its_own_gpu(visible: str | None, local_rank: int, local_size: int,
+                                           gpu: str | None) -> None:
+    assert gpu_for_rank(visible, local_rank, local_size, "n1") == gpu
 
 
-def test_more_local_ranks_than_gpus_is_an_error() -> None:
-    with pytest.raises(LaunchError, match="local rank 2 on n1 has no GPU of its own: the step holds 2 GPUs"):
-        gpu_for_local_rank("0,1", 2, "n1")
+@pytest.mark.parametrize("visible, local_rank, local_size", [("0,1", 2, 3), ("0,1", 0, 3)])
+def test_more_ranks_than_gpus_on_a_node_is_an_error(visible: str, local_rank: int, local_size: int) -> None:
+    with pytest.raises(LaunchError, match=f"local rank {local_rank} of {local_size} on n1 has no GPU of its own: "
+                                          "the task sees 2 GPUs"):
+        gpu_for_rank(visible, local_rank, local_size, "n1")
+
+
+def test_local_size_under_srun_and_mpirun() -> None:
+    assert local_size_of({"SLURM_STEP_TASKS_PER_NODE": "3,2", "SLURM_NODEID": "1"}) == 2
+    assert local_size_of({"OMPI_COMM_WORLD_LOCAL_SIZE": "4", "SLURM_NODEID": "0"}) == 4
 
 
 @pytest.mark.parametrize("text, failed", [

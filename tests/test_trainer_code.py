@@ -42,3 +42,32 @@ def test_split_is_seeded_disjoint_and_complete() -> None:
 def test_split_fractions_are_checked() -> None:
     with pytest.raises(ValueError, match="must be in"):
         split_indices(10, 0.6, 0.5, seed=1)
+
+
+def test_a_rank_uses_the_one_gpu_it_sees_or_its_local_ranks() -> None:
+    from hvdflow_trainer.train import pick_gpu
+
+    assert pick_gpu(["gpu:0"], 3) == "gpu:0"  # its launcher narrowed the list to its own
+    assert pick_gpu(["gpu:0", "gpu:1"], 1) == "gpu:1"
+    with pytest.raises(RuntimeError, match="local rank 2 sees 2 GPUs and none of its own"):
+        pick_gpu(["gpu:0", "gpu:1"], 2)
+
+
+def test_an_epochs_shuffle_seed_depends_only_on_the_seed_and_the_epoch() -> None:
+    from hvdflow_trainer.train import epoch_seed
+
+    seeds = [epoch_seed(1234, epoch) for epoch in range(100)]
+    assert len(set(seeds)) == 100 and seeds == [epoch_seed(1234, epoch) for epoch in range(100)]
+    assert all(0 <= s < 2 ** 31 - 1 for s in seeds) and epoch_seed(1235, 0) not in seeds
+
+
+@pytest.mark.parametrize("text, args", [
+    ("1:2", ["--fail-rank", "1", "--fail-epoch", "2", "--fail-step", "0", "--fail-how", "exit"]),
+    ("1:3.5:kill:once", ["--fail-rank", "1", "--fail-epoch", "3", "--fail-step", "5", "--fail-how", "kill",
+                         "--fail-once"]),
+    ("0:4.4:signal", ["--fail-rank", "0", "--fail-epoch", "4", "--fail-step", "4", "--fail-how", "signal"]),
+])
+def test_injected_failures_are_read(text: str, args: list[str]) -> None:
+    from hvdflow.pipeline.stages import failure_args
+
+    assert failure_args(text) == args

@@ -18,7 +18,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from hvdflow.config.experiment import RUN_SETTINGS
 from hvdflow.errors import LaunchError
@@ -51,8 +51,15 @@ def _move_aside(folder: Path, why: str) -> str:
     return f"{why}: its checkpoints were moved to {target}"
 
 
-def prepare_checkpoint_folder(folder: Path, identity: Mapping[str, object], resume: str) -> str:
-    """Make ``folder`` ready for a new attempt (see the module's docstring); what was done, in words.
+class ResumePlan(NamedTuple):
+    """What a new attempt does: ``text`` in words (warnings included), ``start`` the position it starts from."""
+
+    text: str
+    start: str
+
+
+def prepare_checkpoint_folder(folder: Path, identity: Mapping[str, object], resume: str) -> ResumePlan:
+    """Make ``folder`` ready for a new attempt (see the module's docstring) and say what the attempt does.
 
     LaunchError naming the folder and every difference when it holds an unfinished run of another identity, or when
     its manifest is unreadable or names no sound checkpoint.
@@ -61,27 +68,29 @@ def prepare_checkpoint_folder(folder: Path, identity: Mapping[str, object], resu
         manifest = read_manifest(str(folder))
     except CheckpointError as exc:
         raise LaunchError(str(exc)) from None
+    scratch = position(None)
     if manifest is None:
         if folder.is_dir() and any(folder.iterdir()):
-            return _move_aside(folder, f"{folder} has files but no manifest (an older hvdflow's checkpoints)")
-        return "starting from scratch (no checkpoint)"
+            return ResumePlan(_move_aside(folder, f"{folder} has files but no manifest (an older hvdflow's checkpoints)"),
+                              scratch)
+        return ResumePlan("starting from scratch (no checkpoint)", scratch)
     if manifest.get("finished"):
-        return _move_aside(folder, "the last run finished; starting a new one")
+        return ResumePlan(_move_aside(folder, "the last run finished; starting a new one"), scratch)
     if resume == "never":
-        return _move_aside(folder, "resume: never; starting from scratch")
+        return ResumePlan(_move_aside(folder, "resume: never; starting from scratch"), scratch)
     changes = identity_differences(manifest["identity"], dict(identity))  # type: ignore[arg-type]
     if changes:
         raise LaunchError(f"{folder} holds an unfinished run of another configuration, which this one would not "
                           f"continue exactly: " + "; ".join(changes) + ". Restore those settings to resume it, or set "
                           "resume: never in the experiment to start over (its checkpoints are moved aside, not deleted)")
     entry, warnings = newest_sound_checkpoint(str(folder), manifest)
-    for warning in warnings:
-        print(f"hvdflow: warning: {folder}: {warning}; falling back to an older one")
     if entry is None and manifest["checkpoints"]:
         raise LaunchError(f"{folder}: none of the checkpoints its manifest names is sound ({'; '.join(warnings)}); "
                           "set resume: never to start over (they are moved aside, not deleted)")
-    return f"resuming from {folder / str(entry['name'])} at {position(entry)}" if entry else \
-        "starting from scratch (the run stopped before its first checkpoint)"
+    lines = [f"warning: {folder}: {warning}; falling back to an older one" for warning in warnings]
+    lines.append(f"resuming from {folder / str(entry['name'])} at {position(entry)}" if entry else
+                 "starting from scratch (the run stopped before its first checkpoint)")
+    return ResumePlan("\nhvdflow: ".join(lines), position(entry))
 
 
 def load_attempts(folder: Path) -> list[dict[str, Any]]:
@@ -96,7 +105,7 @@ def current_position(folder: Path) -> str:
     return position(manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None)  # type: ignore[index]
 
 
-def begin_attempt(folder: Path, plan: str) -> list[dict[str, Any]]:
+def begin_attempt(folder: Path, plan: ResumePlan) -> list[dict[str, Any]]:
     """Record a new attempt as running (marking a previous one still running as killed); all attempts so far."""
     folder.mkdir(parents=True, exist_ok=True)
     attempts = load_attempts(folder)
@@ -105,8 +114,8 @@ def begin_attempt(folder: Path, plan: str) -> list[dict[str, Any]]:
             attempt["outcome"] = KILLED
     attempts.append({"attempt": len(attempts) + 1, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                      "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
-                     "host": os.uname().nodename, "start_unix": time.time(), "plan": plan,
-                     "from": current_position(folder), "outcome": "running"})
+                     "host": os.uname().nodename, "start_unix": time.time(), "plan": plan.text,
+                     "from": plan.start, "outcome": "running"})
     write_json_atomic(folder / ATTEMPTS, attempts)
     return attempts
 

@@ -93,7 +93,7 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = out_dir / CHECKPOINTS
     plan = prepare_checkpoint_folder(checkpoints, identity, spec.resume)
-    note(progress, f"hvdflow: {plan}")
+    note(progress, f"hvdflow: {plan.text}")
     for name in TRAIN_OUTPUTS:
         target = out_dir / name
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)

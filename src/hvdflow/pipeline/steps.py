@@ -31,6 +31,7 @@ def logged(log: Path) -> Iterator[None]:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as handle:
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] start\n")
+        handle.flush()  # the step may append its own lines (progress) while this handle is open
         try:
             yield
         except BaseException as exc:
@@ -99,7 +100,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                             TrainSpec.from_config(spec), index.parent.resolve(), out_dir, logs_dir,
                             identity_of(spec, digest, index), iface=profile.network_interface,
                             fail=os.environ.get("HVDFLOW_INJECT_RANK_FAILURE"), slurm=profile.slurm,
-                            timeout=profile.step_timeout)
+                            timeout=profile.step_timeout, progress=log.resolve())
         except RunStopped as stopped:
             if profile.slurm is not None:
                 requeue_or_explain(stopped)

@@ -64,16 +64,30 @@ def global_rank_of(env: Mapping[str, str]) -> int:
     return _int(env, "SLURM_PROCID")
 
 
-def gpu_for_local_rank(visible: Optional[str], local_rank: int, host: str) -> Optional[str]:
-    """The one GPU a rank uses: the ``local_rank``-th of the node's visible GPUs, or None where none are visible.
+def local_size_of(env: Mapping[str, str]) -> int:
+    """How many ranks share the rank's node, under srun or under Open MPI's mpirun."""
+    if "OMPI_COMM_WORLD_LOCAL_SIZE" in env:
+        return _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+    counts = expand_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""))
+    node = _int(env, "SLURM_NODEID")
+    if not 0 <= node < len(counts):
+        raise LaunchError(f"SLURM_NODEID={node} but the step has {len(counts)} nodes")
+    return counts[node]
 
-    Slurm sets ``CUDA_VISIBLE_DEVICES`` to the GPUs the step holds on the node; Horovod's recipe pins one per local
-    rank, so no two ranks on a node share one.
+
+def gpu_for_rank(visible: Optional[str], local_rank: int, local_size: int, host: str) -> Optional[str]:
+    """The one GPU a rank uses, from the ``CUDA_VISIBLE_DEVICES`` Slurm gave its task; None where it gave none.
+
+    - one device per task (``--gpus-per-task``, ``--gpu-bind=single:1``): the task sees only its own, and uses it;
+    - a list the node's tasks share (``--gres=gpu:N``): local rank ``i`` takes the ``i``-th, so no two share one;
+    - fewer devices than ranks on the node: LaunchError before training starts, naming the node and the counts.
     """
-    ids = [i for i in (visible or "").split(",") if i.strip() and i.strip() != "NoDevFiles"]
+    ids = [i.strip() for i in (visible or "").split(",") if i.strip() and i.strip() != "NoDevFiles"]
     if not ids:
         return None
-    if local_rank >= len(ids):
-        raise LaunchError(f"local rank {local_rank} on {host} has no GPU of its own: the step holds {len(ids)} GPUs "
-                          f"there ({visible}); request at least as many GPUs per node as ranks per node")
-    return ids[local_rank].strip()
+    if len(ids) == 1:
+        return ids[0]
+    if local_rank >= len(ids) or len(ids) < local_size:
+        raise LaunchError(f"local rank {local_rank} of {local_size} on {host} has no GPU of its own: the task sees "
+                          f"{len(ids)} GPUs ({visible}); request one GPU per rank on every node")
+    return ids[local_rank]

@@ -27,7 +27,7 @@ from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
-from hvdflow.slurm.env import global_rank_of, gpu_for_local_rank, local_rank_of, slurm_placement
+from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
@@ -65,7 +65,8 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     local_rank = placement.local_rank if placement else local_rank_of(env)
     child = dict(env)
     notes = [f"rank {rank} (local rank {local_rank}) on {host}"]
-    gpu = gpu_for_local_rank(env.get("CUDA_VISIBLE_DEVICES"), local_rank, host)
+    local_size = placement.local_size if placement else local_size_of(env)
+    gpu = gpu_for_rank(env.get("CUDA_VISIBLE_DEVICES"), local_rank, local_size, host)
     if gpu is not None:
         child["CUDA_VISIBLE_DEVICES"] = gpu
         notes.append(f"GPU {gpu} of {env.get('CUDA_VISIBLE_DEVICES')}")

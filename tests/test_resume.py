@@ -1,0 +1,186 @@
+"""What a new training attempt does with the run's checkpoint folder: resume, fall back, refuse, or move aside.
+
+The folders are built as the trainer writes them (checkpoint files, then the manifest naming them with their sha256);
+the training itself, with real checkpoints, is tested in test_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hvdflow.errors import LaunchError
+from hvdflow.pipeline.resume import KILLED, begin_attempt, end_attempt, identity_of, load_attempts, prepare_checkpoint_folder
+from hvdflow_runstate import (
+    FORMAT,
+    MANIFEST,
+    CheckpointError,
+    durable_write_json,
+    new_manifest,
+    read_manifest,
+    sha256_file,
+)
+
+SPEC = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "learning_rate": 0.01, "epochs": 10,
+        "checkpoint_every": 1, "keep_checkpoints": 2, "resume": "auto"}
+
+
+@pytest.fixture()
+def index(tmp_path: Path) -> Path:
+    path = tmp_path / "index.json"
+    path.write_text('{"splits": {}}')
+    return path
+
+
+def _checkpoint(folder: Path, manifest: dict, epoch: int, step: int, steps: int = 20) -> dict:  # type: ignore[type-arg]
+    """Write one checkpoint's files and the manifest entry naming them, as RunCheckpoints.save does."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"ckpt-{epoch * steps + step}"
+    files = {}
+    for suffix in (".index", ".data-00000-of-00001"):
+        (folder / (name + suffix)).write_bytes(f"{name}{suffix}".encode() * 100)
+        files[name + suffix] = sha256_file(str(folder / (name + suffix)))
+    entry = {"name": name, "epoch": epoch, "step": step, "global_step": epoch * steps + step, "files": files,
+             "state": {"history": []}, "reason": "epoch end"}
+    manifest["checkpoints"].append(entry)
+    durable_write_json(str(folder / MANIFEST), manifest)
+    return entry
+
+
+def _run(folder: Path, index: Path, *positions: tuple[int, int], spec: dict = SPEC) -> dict:  # type: ignore[type-arg]
+    manifest = new_manifest(identity_of(spec, "sha256:aaa", index))
+    for epoch, step in positions:
+        _checkpoint(folder, manifest, epoch, step)
+    return manifest
+
+
+def test_run_settings_are_not_part_of_the_identity(index: Path) -> None:
+    changed = {**SPEC, "checkpoint_every": 5, "keep_checkpoints": 4, "resume": "never"}
+    assert identity_of(changed, "sha256:aaa", index) == identity_of(SPEC, "sha256:aaa", index)
+    assert identity_of({**SPEC, "epochs": 11}, "sha256:aaa", index) != identity_of(SPEC, "sha256:aaa", index)
+
+
+def test_no_folder_starts_from_scratch(tmp_path: Path, index: Path) -> None:
+    plan = prepare_checkpoint_folder(tmp_path / "checkpoints", identity_of(SPEC, "sha256:aaa", index), "auto")
+    assert plan.text == "starting from scratch (no checkpoint)" and plan.start == "the start"
+
+
+def test_the_same_run_resumes_from_its_newest_checkpoint(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    _run(folder, index, (3, 0), (3, 7))
+    plan = prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "auto")
+    assert plan.text == f"resuming from {folder / 'ckpt-67'} at epoch 3 step 7"
+    assert plan.start == "epoch 3 step 7"
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_a_torn_or_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, index: Path,
+                                                                            damage: str) -> None:
+    folder = tmp_path / "checkpoints"
+    _run(folder, index, (3, 0), (3, 7))
+    data = folder / "ckpt-67.data-00000-of-00001"
+    if damage == "missing":  # the manifest was written, the data file is gone (a torn copy, a lost file)
+        data.unlink()
+    else:
+        data.write_bytes(b"x" + data.read_bytes()[1:])
+    plan = prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "auto")
+    problem = "is missing" if damage == "missing" else "does not match its sha256"
+    assert f"checkpoint ckpt-67 (epoch 3, step 7) is not sound: {data.name} {problem}; falling back" in plan.text
+    assert plan.text.endswith(f"resuming from {folder / 'ckpt-60'} at epoch 3 step 0")
+    assert plan.start == "epoch 3 step 0"
+
+
+def test_files_written_after_the_last_manifest_are_not_trusted(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    manifest = _run(folder, index, (3, 0))
+    (folder / "ckpt-67.index").write_text("written, but the manifest never named it")
+    assert read_manifest(str(folder)) == manifest
+    plan = prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "auto")
+    assert plan.start == "epoch 3 step 0"
+
+
+def test_no_sound_checkpoint_is_a_clear_error_and_nothing_is_removed(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    _run(folder, index, (3, 0))
+    (folder / "ckpt-60.index").write_text("garbage")
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(LaunchError, match="none of the checkpoints its manifest names is sound .*ckpt-60.index does "
+                                          "not match its sha256.*resume: never"):
+        prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "auto")
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_another_configuration_is_refused_naming_every_difference(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    _run(folder, index, (2, 0))
+    other = identity_of({**SPEC, "learning_rate": 0.02}, "sha256:bbb", index)
+    with pytest.raises(LaunchError) as refused:
+        prepare_checkpoint_folder(folder, other, "auto")
+    message = str(refused.value)
+    assert "experiment key learning_rate: 0.01 -> 0.02" in message
+    assert "image digest: sha256:aaa -> sha256:bbb" in message
+    assert "dataset" not in message.split("another configuration")[1].split("Restore")[0]
+    assert "resume: never" in message
+    assert (folder / "ckpt-40.index").exists()
+
+
+def test_another_dataset_is_named(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    _run(folder, index, (2, 0))
+    index.write_text('{"splits": {"train": []}}')
+    with pytest.raises(LaunchError, match="dataset index sha256: [0-9a-f]{64} -> [0-9a-f]{64}"):
+        prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "auto")
+
+
+@pytest.mark.parametrize("case", ["never", "finished", "no manifest"])
+def test_starting_over_moves_the_old_checkpoints_aside(tmp_path: Path, index: Path, case: str) -> None:
+    folder = tmp_path / "checkpoints"
+    manifest = _run(folder, index, (2, 0))
+    if case == "finished":
+        manifest["finished"] = True
+        durable_write_json(str(folder / MANIFEST), manifest)
+    elif case == "no manifest":
+        (folder / MANIFEST).unlink()
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    plan = prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "never" if case == "never" else "auto")
+    assert plan.start == "the start"
+    assert not folder.exists()
+    [moved] = list((tmp_path / "checkpoints.previous").iterdir())
+    assert f"moved to {moved}" in plan.text
+    assert {p.name: p.read_bytes() for p in moved.iterdir()} == before
+
+
+def test_an_unreadable_manifest_is_named(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    (folder / MANIFEST).write_text('{"format": "hvdflow-checkpo')
+    with pytest.raises(LaunchError, match=f"{folder / MANIFEST} is not valid JSON"):
+        prepare_checkpoint_folder(folder, identity_of(SPEC, "sha256:aaa", index), "auto")
+    (folder / MANIFEST).write_text('{"format": "something-else"}')
+    with pytest.raises(CheckpointError, match=f"format 'something-else', expected '{FORMAT}'"):
+        read_manifest(str(folder))
+
+
+def test_durable_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    durable_write_json(str(tmp_path / "m.json"), {"a": 1})
+    durable_write_json(str(tmp_path / "m.json"), {"a": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+    assert json.loads((tmp_path / "m.json").read_text()) == {"a": 2}
+
+
+def test_attempts_are_recorded_and_a_silent_death_is_named(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    identity = identity_of(SPEC, "sha256:aaa", index)
+    begin_attempt(folder, prepare_checkpoint_folder(folder, identity, "auto"))  # then killed: never ended
+    manifest = new_manifest(identity)
+    _checkpoint(folder, manifest, 1, 0)
+    attempts = begin_attempt(folder, prepare_checkpoint_folder(folder, identity, "auto"))
+    assert attempts[0]["outcome"] == KILLED
+    end_attempt(folder, "failed", "rank 1 failed with exit code -9\nmore")
+    [first, second] = load_attempts(folder)
+    assert (first["attempt"], first["from"]) == (1, "the start")
+    assert (second["attempt"], second["from"], second["to"], second["outcome"]) == (2, "epoch 1 step 0", "epoch 1 step 0",
+                                                                                      "failed")
+    assert second["error"] == "rank 1 failed with exit code -9"
