@@ -15,10 +15,12 @@ import argparse
 import statistics
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
+from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
 from hvdflow.pipeline.steps import runtime_for
 
@@ -45,7 +47,8 @@ def main() -> None:
             for name, runtime in runtimes.items():
                 out = Path(tmp) / f"{name}-{rep}"
                 start = time.perf_counter()
-                results = train(runtime, "gloo", spec, args.dataset.resolve(), out, out / "logs")
+                identity = identity_of(asdict(spec), "benchmark", args.dataset.resolve() / "index.json")
+                results = train(runtime, "gloo", spec, args.dataset.resolve(), out, out / "logs", identity)
                 wall = time.perf_counter() - start
                 epochs = [float(s) for s in results[0]["epoch_seconds"]]  # type: ignore[union-attr]
                 later = statistics.median(epochs[1:]) if len(epochs) > 1 else float("nan")

@@ -72,9 +72,11 @@ def run_control_callbacks(model, flag: StopFlag, rank: int, checkpoints, positio
     def stop_reason() -> str:
         return "signal %s" % signal.Signals(flag.signal).name if flag.signal else "signal on another rank"
 
+    extra_state: Dict[str, object] = {}
+
     def save(reason: str, sums: Optional[List[List[float]]] = None) -> None:
         if checkpoints is not None:
-            state: Dict[str, object] = {"history": history}
+            state: Dict[str, object] = {"history": history, **extra_state}
             if sums is not None:
                 state["metric_sums"] = sums
             checkpoints.save(position.epoch, position.step, steps_per_epoch, state, reason)
@@ -86,6 +88,8 @@ def run_control_callbacks(model, flag: StopFlag, rank: int, checkpoints, positio
         return [[float(x) for x in row] for row in every]
 
     def stop() -> None:
+        if flag.unix is not None:
+            extra_state["signal_unix"] = flag.unix  # this rank's signal time, for the benchmark's signal-to-disk
         save(stop_reason(), gathered_sums() if position.step else None)
         agree(0, "hvdflow_saved")  # nobody exits before rank 0's checkpoint is on disk
         raise StopRequested("stopped at epoch %d step %d on %s" % (position.epoch, position.step, stop_reason()))

@@ -1,9 +1,13 @@
-"""Data-parallel training with Horovod's Keras API on a prepared dataset, deterministic.
+"""Data-parallel training with Horovod's Keras API on a prepared dataset, deterministic and resumable.
 
-Follows Horovod's Keras recipe in order: init, one GPU per local rank, learning rate scaled by the number of ranks,
+Follows Horovod's Keras recipe in order: init, one GPU per rank, learning rate scaled by the number of ranks,
 distributed optimizer, broadcast / metric-average / warm-up callbacks, checkpoints and logs on rank 0 only, and
-every rank reading its own equal share of the shards. Each rank writes ``rank-<r>.json`` (placement, versions and
-the sha256 of its final weights); rank 0 writes the model, ``history.csv``, TensorBoard logs and ``metrics.json``.
+every rank reading its own equal share of the shards. Every rank restores the newest sound checkpoint of the same run
+(:mod:`.checkpoints`); training is one ``fit`` per epoch on that epoch's data, whose order is a pure function of
+(seed, epoch, ranks, rank), so a run resumed after any step ends with the weights of an uninterrupted one. A stop
+signal ends the run after a checkpoint with status :data:`hvdflow_runstate.STOPPED_EXIT` (:mod:`.run_control`).
+Each rank writes ``rank-<r>.json`` (placement, versions and the sha256 of its final weights); rank 0 writes the model,
+``history.csv``, TensorBoard logs and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -223,11 +227,11 @@ def write_tensorboard(folder: str, history: List[Dict[str, float]], first_epoch:
         writer.close()
 
 
-def train(args: argparse.Namespace) -> Dict[str, object]:
+def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     """Train on the dataset at ``args.dataset``; write the outputs into ``args.out``; return this rank's result.
 
     Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when
-    the ranks stopped on a signal (rank 0 saved a checkpoint first).
+    the ranks stopped on a signal (``flag`` set; rank 0 saved a checkpoint first).
     """
     import horovod
     import horovod.tensorflow.keras as hvd
@@ -241,8 +245,6 @@ def train(args: argparse.Namespace) -> Dict[str, object]:
         # size-dependent algorithm (MPI) then sums each element in an order that depends on its place in the buffer:
         # with 3 or more ranks the weights would change from run to run. One allreduce per tensor fixes the order.
         os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"
-    flag = StopFlag()
-    flag.install()
     hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
@@ -369,8 +371,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.checkpoint_dir, exist_ok=True)
+    flag = StopFlag()
+    flag.install()  # before TensorFlow loads (seconds): a signal then is kept, not lost
     try:
-        result = train(args)
+        result = train(args, flag)
     except StopRequested as stop:
         print("hvdflow: %s; exiting with status %d to be resumed" % (stop, STOPPED_EXIT), flush=True)
         sys.exit(STOPPED_EXIT)

@@ -88,7 +88,7 @@ def experiment(wildcards):
 def train_tasks(wildcards):
     """The task resources of a training job (see hvdflow.slurm.layout.job_task_resources)."""
     entry = experiment(wildcards)
-    return job_task_resources(entry["ranks"], entry["nodes"])
+    return job_task_resources(entry["ranks"], entry["nodes"], PROFILE.slurm)
 
 
 def train_gres(wildcards):

@@ -21,6 +21,7 @@ rule train:
         tasks_per_node=lambda wildcards: train_tasks(wildcards)["tasks_per_node"],
         tasks_per_gpu=lambda wildcards: train_tasks(wildcards)["tasks_per_gpu"],
         mpi=lambda wildcards: train_tasks(wildcards)["mpi"],
+        slurm_extra=lambda wildcards: train_tasks(wildcards)["slurm_extra"],
         gres=train_gres,
     params:
         spec=experiment,

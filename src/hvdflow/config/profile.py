@@ -27,17 +27,20 @@ _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 _REQUIRED = ("registry", "runtime", "launcher")
 _OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm", "step_timeout_minutes")
 _SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
-_SLURM_OPTIONAL = ("srun_extra",)
+_SLURM_OPTIONAL = ("srun_extra", "signal_grace_seconds")
+DEFAULT_SIGNAL_GRACE = 120
 
 
 @dataclass(frozen=True)
 class SlurmCluster:
-    """The Slurm side of a cluster profile: node-local scratch, GPUs per node, network, extra srun flags."""
+    """The Slurm side of a cluster profile: node-local scratch, GPUs per node, network, extra srun flags, and how
+    long before the time limit Slurm warns the training job (SIGUSR1; 0: no warning, only the limit's SIGTERM)."""
 
     scratch_dir: Path
     gpus_per_node: int
     network_interface: str
     srun_extra: tuple[str, ...] = ()
+    signal_grace_seconds: int = DEFAULT_SIGNAL_GRACE
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,10 @@ def _slurm(where: str, data: Any, interface: str) -> SlurmCluster:
     if gpus < 0:
         raise ConfigError(f"{where}.gpus_per_node: must be 0 (no GPUs) or more, got {gpus}")
     extra = expect(f"{where}.srun_extra", data.get("srun_extra", []), list)
+    grace = expect(f"{where}.signal_grace_seconds", data.get("signal_grace_seconds", DEFAULT_SIGNAL_GRACE), int)
+    if not 0 <= grace <= 65535:
+        raise ConfigError(f"{where}.signal_grace_seconds: must be 0 (no warning) to 65535 seconds, got {grace}")
     return SlurmCluster(scratch_dir=Path(_expand(f"{where}.scratch_dir", data["scratch_dir"])), gpus_per_node=gpus,
                         network_interface=interface,
-                        srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra))
+                        srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra),
+                        signal_grace_seconds=grace)

@@ -31,7 +31,7 @@ from hvdflow.launch.netaddr import rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
 from hvdflow.launch.supervise import ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
-from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed
+from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.staging import read_reports
 
 CLEANUP_TIMEOUT = 300.0
@@ -40,9 +40,8 @@ CLEANUP_TIMEOUT = 300.0
 def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str]) -> list[str]:
     """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout."""
     argv = ["srun", f"--nodes={nodes}", f"--ntasks={ranks}"]
-    per_node = even_tasks_per_node(ranks, nodes)
-    if per_node:
-        argv.append(f"--ntasks-per-node={per_node}")
+    # the job's layout: even, or at most ceil(ranks / nodes) per node (a maximum beside --ntasks)
+    argv.append(f"--ntasks-per-node={even_tasks_per_node(ranks, nodes) or max_tasks_per_node(ranks, nodes)}")
     argv += ["--kill-on-bad-exit=1", "--cpu-bind=none", "--overlap"]
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
     if gpus:
@@ -174,7 +173,7 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
         inner = runtime.command(job.argv(staged), {}, [logs, job.out_dir, staged.parent], hostenv=True)
         task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
                 "network_interface": cluster.network_interface,
-                "rendezvous": str(logs / "rendezvous.json"),
+                "rendezvous": str(logs / "rendezvous.json"), "max_ranks_per_node": max_tasks_per_node(ranks, nodes),
                 "nvidia": ({"udocker_dir": str(runtime.udocker.udocker_dir), "container": runtime.container}
                            if gpus and isinstance(runtime, UdockerRuntime) else None)}
         write_json_atomic(logs / "task.json", task)

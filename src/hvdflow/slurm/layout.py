@@ -11,7 +11,7 @@ from hvdflow.errors import ConfigError
 
 def gpus_per_node_needed(ranks: int, nodes: int, cluster: SlurmCluster) -> int:
     """GPUs to request on each node (one per rank on the fullest node); 0 on a cluster without GPUs."""
-    return -(-ranks // nodes) if cluster.gpus_per_node > 0 else 0
+    return max_tasks_per_node(ranks, nodes) if cluster.gpus_per_node > 0 else 0
 
 
 def gres(ranks: int, nodes: int, cluster: SlurmCluster | None) -> str:
@@ -26,17 +26,31 @@ def even_tasks_per_node(ranks: int, nodes: int) -> int:
     return ranks // nodes if ranks % nodes == 0 else 0
 
 
-def job_task_resources(ranks: int, nodes: int) -> dict[str, int | str]:
+def max_tasks_per_node(ranks: int, nodes: int) -> int:
+    """The most ranks any node holds in hvdflow's layout: ``ceil(ranks / nodes)``."""
+    return -(-ranks // nodes)
+
+
+def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None) -> dict[str, int | str]:
     """The train job's Snakemake resources for the Slurm plugin's MPI-style job (its rule body starts the steps).
 
-    An even layout is asked for per node (``tasks_per_node``), otherwise Slurm may pack more ranks on one node than
-    it has GPUs; 0 means "not set" to the plugin, which takes only one of the two. ``tasks_per_gpu=0`` stops the
-    plugin from adding ``--ntasks-per-gpu`` (it would take the task count); a single rank is not an MPI job.
+    An even layout is asked for per node (``tasks_per_node``). An uneven one asks for ``tasks`` with
+    ``--ntasks-per-node`` as a maximum beside it (through ``slurm_extra``: the plugin takes only one of its two task
+    resources), otherwise Slurm may pack more ranks on one node than it has GPUs: 5 ranks on 2 nodes of 4 CPUs become
+    4 + 1, not 3 + 2. 0 means "not set" to the plugin. ``tasks_per_gpu=0`` stops the plugin from adding
+    ``--ntasks-per-gpu`` (it would take the task count); a single rank is not an MPI job. ``slurm_extra`` also asks
+    for the warning signal before the time limit (``--signal=USR1@<grace>``, to every job step, not the batch shell,
+    which is the plugin's wrapper) and keeps the job's log across requeues (``--open-mode=append``).
     """
     per_node = even_tasks_per_node(ranks, nodes)
     even = per_node > 1
+    extra = [] if even or nodes == 1 else [f"--ntasks-per-node={max_tasks_per_node(ranks, nodes)}"]
+    if cluster is not None:
+        if cluster.signal_grace_seconds:
+            extra.append(f"--signal=USR1@{cluster.signal_grace_seconds}")
+        extra.append("--open-mode=append")
     return {"tasks": 0 if even else ranks, "tasks_per_node": per_node if even else 0, "tasks_per_gpu": 0,
-            "mpi": "srun" if ranks > 1 else ""}
+            "mpi": "srun" if ranks > 1 else "", "slurm_extra": " ".join(extra)}
 
 
 def check_layout(where: str, ranks: int, nodes: int, cluster: SlurmCluster | None, profile: Path) -> None:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Mapping
 
-from hvdflow.errors import HvdflowError
+from hvdflow.errors import HvdflowError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.udocker import Udocker, allow_root_from_env
@@ -66,6 +66,9 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     child = dict(env)
     notes = [f"rank {rank} (local rank {local_rank}) on {host}"]
     local_size = placement.local_size if placement else local_size_of(env)
+    if local_size > task["max_ranks_per_node"]:
+        raise LaunchError(f"rank {rank}: Slurm placed {local_size} ranks on {host}, the job's plan allows at most "
+                          f"{task['max_ranks_per_node']} per node (ceil(ranks / nodes)); check the job's --ntasks-per-node")
     gpu = gpu_for_rank(env.get("CUDA_VISIBLE_DEVICES"), local_rank, local_size, host)
     if gpu is not None:
         child["CUDA_VISIBLE_DEVICES"] = gpu
@@ -80,14 +83,26 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     return rank, child, notes
 
 
+def _ignore_forwarded_signals() -> None:
+    """In the child before exec: ignore the forwarded signals (an ignored disposition survives exec).
+
+    ``udocker run`` is a Python process that waits for proot, and SIGUSR1's or SIGTERM's default action would kill
+    it while the trainer below it saves its checkpoint; the rank would then look dead. The trainer installs its own
+    handlers, so it still gets every signal.
+    """
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str]) -> int:
     """Run ``argv`` in its own process group, forwarding TERM, USR1 and INT to that whole group; its exit status.
 
     Under ``proctrack/cgroup`` Slurm signals only a task's top process (this one); the trainer inside the container
-    must get the signal to checkpoint, and USR1's default action would kill this process instead.
+    must get the signal to checkpoint, and USR1's default action would kill this process instead. The processes
+    between this one and the trainer ignore those signals (:func:`_ignore_forwarded_signals`).
     """
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_ignore_forwarded_signals)
 
     def forward(signum: int, frame: object) -> None:
         log.write(f"# hvdflow rank task: forwarding {signal.Signals(signum).name} to the rank\n".encode())
