@@ -30,15 +30,31 @@ class Pipeline:
             shutil.copy2(REPO / ".gitignore", self.root / ".gitignore")  # and git sees the checkout's ignore rules
         _chown_tree(self.root, user.uid, user.gid)
 
+    def start_snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
+                        ) -> subprocess.Popen[str]:
+        """Start ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree, its output piped."""
+        env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
+        return subprocess.Popen(["runuser", "-u", self.user.name, "--", "env", "-i",
+                                 *[f"{k}={v}" for k, v in self.user.env(env).items()],
+                                 str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args],
+                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+
+    @staticmethod
+    def finish(proc: subprocess.Popen[str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+        """Wait for a started Snakemake (killing it after ``timeout``); its output."""
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
     def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
                   ) -> subprocess.CompletedProcess[str]:
         """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree; capture its output."""
-        env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
-        proc = subprocess.run(["runuser", "-u", self.user.name, "--", "env", "-i",
-                               *[f"{k}={v}" for k, v in self.user.env(env).items()],
-                               str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args],
-                              cwd=self.root, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
-        return proc
+        return self.finish(self.start_snakemake(*args, profile=profile, extra_env=extra_env))
 
     def processes(self) -> list[str]:
         """Live processes whose command line names this tree (ranks, rendezvous servers, proot): none may outlive

@@ -5,6 +5,7 @@ namespaces with four fake GPUs each), submitted by the ordinary user through sna
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -142,6 +143,38 @@ def test_a_rank_killed_on_one_node_fails_the_job_and_names_its_log(cluster: Any,
         assert not (pipeline.root / "results" / "cluster" / name).exists()
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes() == [], "a rank or the rendezvous server outlived the failed job"
+
+
+def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_same_weights(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        local_runs: Callable[[str], Pipeline]) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    running = pipeline.start_snakemake("results/cluster/run.json", profile="testbed")
+    rank0, attempts = pipeline.root / "logs/train/cluster/rank-0.log", pipeline.root / "results/cluster/checkpoints/attempts.json"
+    deadline = time.monotonic() + 900
+    while "hvdflow: starting from scratch" not in (rank0.read_text(errors="replace") if rank0.exists() else ""):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-6000:]
+        time.sleep(0.1)
+    job = pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
+    hpc_user.run(["scancel", "--signal=USR1", job], check=True)  # as Slurm does --signal=USR1@grace before the limit
+    proc = Pipeline.finish(running)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
+    first, second = record["attempts"]
+    assert (first["outcome"], first["slurm_job_id"], first["slurm_restart_count"]) == (
+        "stopped on a signal after a checkpoint", job, 0)
+    assert (second["outcome"], second["slurm_job_id"], second["slurm_restart_count"]) == ("completed", job, 1)
+    assert second["from"] == first["to"] != "the start"
+    log = (pipeline.root / "logs/train/cluster.log").read_text()
+    assert f"job {job} requeued" in log and "resuming from checkpoint" in log and "stopped at epoch" in log
+    # Snakemake saw one job that ran twice: reported once, its checkpoints kept
+    assert output.count("rule train:") == 1, output[-8000:]
+    manifest = pipeline.json("results/cluster/checkpoints/manifest.json")
+    assert manifest["finished"] and all((attempts.parent / f).exists() for c in manifest["checkpoints"] for f in c["files"])
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
 
 
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,

@@ -103,7 +103,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                             timeout=profile.step_timeout, progress=log.resolve())
         except RunStopped as stopped:
             if profile.slurm is not None:
-                requeue_or_explain(stopped)
+                requeue_or_explain(stopped, log.resolve())
             raise
         record = run_record(name, spec, config, profile, image_record, index, record_out.parent, logs_dir, results,
                             started, time.time())

@@ -11,16 +11,21 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import NoReturn
+from pathlib import Path
+from typing import NoReturn, Optional
 
 from hvdflow.errors import RunStopped
+from hvdflow.launch.supervise import note
 
 REQUEUE_WAIT = 300.0
 """How long the step waits for Slurm to end the requeued job before failing on its own."""
 
 
-def requeue_or_explain(stopped: RunStopped) -> NoReturn:
-    """Requeue the current Slurm job and wait for Slurm to end it; RunStopped saying why if that cannot happen."""
+def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoReturn:
+    """Requeue the current Slurm job and wait for Slurm to end it; RunStopped saying why if that cannot happen.
+
+    What happens is noted in ``log`` (the rule's log, which the requeued job appends to).
+    """
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         raise stopped
@@ -32,6 +37,6 @@ def requeue_or_explain(stopped: RunStopped) -> NoReturn:
     if refusal:
         raise RunStopped(f"{stopped}\nSlurm did not requeue job {job} ({refusal}); the rule fails, and its retries "
                          "resume the run in a new job") from None
-    print(f"hvdflow: {stopped}\nhvdflow: job {job} requeued; Slurm ends it now and restarts it to resume", flush=True)
+    note(log, f"hvdflow: {stopped}\nhvdflow: job {job} requeued; Slurm ends it now and restarts it to resume")
     time.sleep(REQUEUE_WAIT)
     raise RunStopped(f"{stopped}\njob {job} was requeued but still runs after {REQUEUE_WAIT:.0f} s")

@@ -81,7 +81,8 @@ class Layout:
 
 
 def slurm_conf(layout: Layout) -> str:
-    """``slurm.conf``: cons_tres with fake GPUs, accounting through slurmdbd, finished jobs kept 5 min in squeue."""
+    """``slurm.conf``: cons_tres with fake GPUs, accounting through slurmdbd, finished jobs kept 5 min in squeue, and
+    a requeued job restarting after 10 s (``cred_expire``; 120 s by default)."""
     b = layout.base
     nodes = "\n".join(
         f"NodeName={n} NodeAddr={layout.node_addr(n)} NodeHostname={n} CPUs={layout.cpus_per_node} "
@@ -94,6 +95,7 @@ SlurmctldHost={layout.controller_host}({CONTROLLER_ADDR})
 SlurmctldPort={SLURMCTLD_PORT}
 SlurmdPort={SLURMD_PORT}
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 CredType=cred/munge
 SlurmUser=root
 StateSaveLocation={b}/state
