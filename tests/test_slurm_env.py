@@ -1,8 +1,14 @@
-"""Slurm's task variables mapped to Horovod's placement and to one GPU per local rank; failed-task parsing."""
+"""Slurm's task variables mapped to Horovod's placement and to one GPU per local rank; failed-task parsing; the rank
+task's signal forwarding."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +121,42 @@ def test_staging_reports_are_read_in_rank_order(tmp_path: Path) -> None:
     for rank in (10, 2, 0):
         (tmp_path / f"task-{rank}.json").write_text(json.dumps({"SLURM_PROCID": str(rank)}))
     assert [r["SLURM_PROCID"] for r in read_reports(tmp_path)] == ["0", "2", "10"]
+
+
+# the rank below a waiting parent, as the trainer sits below `udocker run` and proot: it checkpoints on SIGUSR1
+RANK_BELOW_A_PARENT = r"""
+import subprocess, sys
+child = '''
+import signal, sys, time
+def stop(signum, frame):
+    print("rank got", signal.Signals(signum).name, flush=True)
+    sys.exit(75)
+signal.signal(signal.SIGUSR1, stop)
+print("ready", flush=True)
+time.sleep(120)
+'''
+sys.exit(subprocess.call([sys.executable, "-c", child]))
+"""
+
+FORWARDER = """
+import sys
+from hvdflow.slurm.rank_task import run_forwarding_signals
+with open(sys.argv[1], "ab") as log:
+    sys.exit(run_forwarding_signals([sys.executable, "-c", sys.argv[2]], log, dict(__import__("os").environ)))
+"""
+
+
+def test_the_rank_task_forwards_usr1_past_a_waiting_parent_to_the_rank(tmp_path: Path) -> None:
+    # proctrack/cgroup signals only a task's top process: the rank task must pass it on, and the process between
+    # it and the rank (udocker's Python) must survive it
+    log = tmp_path / "rank.log"
+    task = subprocess.Popen([sys.executable, "-c", FORWARDER, str(log), RANK_BELOW_A_PARENT],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    deadline = time.monotonic() + 60
+    while "ready" not in (log.read_text() if log.exists() else ""):
+        assert task.poll() is None and time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+        time.sleep(0.05)
+    os.kill(task.pid, signal.SIGUSR1)  # the top process only
+    assert task.wait(timeout=30) == 75
+    text = log.read_text()
+    assert "forwarding SIGUSR1 to the rank" in text and "rank got SIGUSR1" in text
