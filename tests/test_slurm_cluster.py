@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import HpcUser, Registry
+from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
 from pipeline_run import Pipeline
 
@@ -131,31 +132,44 @@ def test_uneven_tasks_per_node(cluster: Any, hpc_user: HpcUser, registry: Regist
     assert record["slurm"]["tasks_per_node"] == "2,1"
 
 
-def test_a_rank_killed_on_one_node_fails_the_job_and_names_its_log(cluster: Any, hpc_user: HpcUser,
-                                                                    registry: Registry, udocker_dir: Path) -> None:
+def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        local_runs: Callable[[str], Pipeline]) -> None:
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
-    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed",
-                              extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "3:1:kill"})
+    proc = pipeline.snakemake("results/cluster/run.json", "--retries", "1", profile="testbed",
+                              extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "3:2.3:kill:once"})
     output = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    assert proc.returncode == 0, output[-8000:]
     assert "rank 3 on n2 failed" in output and "logs/train/cluster/rank-3.log" in output, output[-6000:]
-    for name in ("run.json", "model.keras", "metrics.json"):
-        assert not (pipeline.root / "results" / "cluster" / name).exists()
+    record = pipeline.json("results/cluster/run.json")
+    assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
+    first, second = record["attempts"]
+    assert first["outcome"] == "failed" and first["error"].startswith("rank 3 on n2 failed"), first
+    assert first["slurm_job_id"] != second["slurm_job_id"]  # a new job: Snakemake's retry
+    assert (second["outcome"], second["from"]) == ("completed", "epoch 1 step 0")
+    logs = pipeline.root / "logs/train/cluster"
+    assert "failing on purpose (kill) at step 3 of epoch 2" in (logs / "rank-3.log").read_text()  # both attempts kept
+    assert "resuming from checkpoint ckpt-10 at epoch 1 step 0" in (logs / "rank-0.log").read_text()
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == [], "a rank or the rendezvous server outlived the failed job"
+    assert pipeline.processes() == [], "a rank or the rendezvous server outlived a job"
+
+
+def _start_and_wait_for_training(pipeline: Pipeline, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """Start Snakemake on the test bed; once rank 0 trains, the running Snakemake and the training job's id."""
+    running = pipeline.start_snakemake("results/cluster/run.json", *args, profile="testbed")
+    rank0 = pipeline.root / "logs/train/cluster/rank-0.log"
+    deadline = time.monotonic() + 900
+    while "hvdflow: starting from scratch" not in (rank0.read_text(errors="replace") if rank0.exists() else ""):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-6000:]
+        time.sleep(0.1)
+    return running, pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
 
 
 def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_same_weights(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
         local_runs: Callable[[str], Pipeline]) -> None:
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
-    running = pipeline.start_snakemake("results/cluster/run.json", profile="testbed")
-    rank0, attempts = pipeline.root / "logs/train/cluster/rank-0.log", pipeline.root / "results/cluster/checkpoints/attempts.json"
-    deadline = time.monotonic() + 900
-    while "hvdflow: starting from scratch" not in (rank0.read_text(errors="replace") if rank0.exists() else ""):
-        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-6000:]
-        time.sleep(0.1)
-    job = pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
+    running, job = _start_and_wait_for_training(pipeline)
     hpc_user.run(["scancel", "--signal=USR1", job], check=True)  # as Slurm does --signal=USR1@grace before the limit
     proc = Pipeline.finish(running)
     output = proc.stdout + proc.stderr
@@ -172,7 +186,29 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
     # Snakemake saw one job that ran twice: reported once, its checkpoints kept
     assert output.count("rule train:") == 1, output[-8000:]
     manifest = pipeline.json("results/cluster/checkpoints/manifest.json")
-    assert manifest["finished"] and all((attempts.parent / f).exists() for c in manifest["checkpoints"] for f in c["files"])
+    folder = pipeline.root / "results/cluster/checkpoints"
+    assert manifest["finished"] and all((folder / f).exists() for c in manifest["checkpoints"] for f in c["files"])
+    assert "forwarding SIGUSR1 to the rank" in (pipeline.root / "logs/train/cluster/rank-2.log").read_text()
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
+
+
+def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_run_resumes(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        local_runs: Callable[[str], Pipeline]) -> None:
+    # a time limit without warning, or a preemption: SIGTERM to every process of the job (the batch shell and the
+    # inner Snakemake too), SIGKILL KillWait (5 s here) later
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    running, job = _start_and_wait_for_training(pipeline, "--retries", "1")
+    hpc_user.run(["scancel", "--full", "--signal=TERM", job], check=True)
+    proc = Pipeline.finish(running)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
+    first, second = record["attempts"]
+    assert first["outcome"] in ("stopped on a signal after a checkpoint", KILLED), first
+    assert second["outcome"] == "completed" and second["from"] != "the start"
+    assert "on signal SIGTERM; exiting with status 75" in (pipeline.root / "logs/train/cluster/rank-0.log").read_text()
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes() == []
 

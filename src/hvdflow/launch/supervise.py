@@ -182,7 +182,9 @@ class ProgressFollower:
     PREFIX = b"hvdflow: "
 
     def __init__(self, source: Path, sink: Optional[Path]) -> None:
-        self.source, self.sink, self.offset, self.partial = source, sink, 0, b""
+        # from the log's current end: a rank log appended to by an earlier attempt was copied then
+        self.source, self.sink, self.partial = source, sink, b""
+        self.offset = source.stat().st_size if source.exists() else 0
 
     def __call__(self) -> None:
         """Copy the complete progress lines written since the last call (to stdout where there is no sink)."""

@@ -129,8 +129,11 @@ def main(argv: list[str]) -> int:
         print(f"hvdflow rank task on {os.uname().nodename}: error: {exc}", file=sys.stderr)
         return 1
     logs = Path(task["logs"])
-    with open(logs / f"rank-{rank}.log", "wb") as log:
-        log.write(("".join(f"# {note}\n" for note in notes) + f"$ {' '.join(task['argv'])}\n").encode())
+    with open(logs / f"rank-{rank}.log", "ab") as log:  # appended: a requeued or retried job keeps every attempt's
+        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
+        log.write((f"# hvdflow rank task, job {os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
+                   f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n" + "".join(f"# {note}\n" for note in notes)
+                   + f"$ {' '.join(task['argv'])}\n").encode())
         log.flush()
         try:
             code = run_forwarding_signals(task["argv"], log, env)
