@@ -116,9 +116,10 @@ def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
 def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: Optional[float], logs: Path,
               progress: Optional[Path] = None) -> None:
     """Run one job step to completion; LaunchError naming the failed rank and its log (RunStopped as it is)."""
+    follow = ProgressFollower(logs / "rank-0.log", progress)  # from the log's end before the step appends to it
     step = start(label, argv, log, env)
     try:
-        supervise([step], timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
+        supervise([step], timeout, follow=follow)
     except RunStopped:
         raise
     except LaunchError as exc:
