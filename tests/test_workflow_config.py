@@ -89,6 +89,8 @@ def _edit(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
     (lambda c: c["datasets"]["digits"].update(shard_size_mb=0), "0 is less than or equal to the minimum of 0"),
     (lambda c: c["experiments"]["demo"].update(model="vgg16"), "'vgg16' is not one of ['mlp', 'small-cnn', 'resnet50']"),
     (lambda c: c.update(colour="red"), "'colour' was unexpected"),
+    (lambda c: c["experiments"]["demo"].update(resume="sometimes"), "'sometimes' is not one of ['auto', 'never']"),
+    (lambda c: c["experiments"]["demo"].update(checkpoint_every=0), "0 is less than the minimum of 1"),
 ])
 def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit(tree / "config" / "config.yaml", edit)
@@ -104,6 +106,7 @@ def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> No
     (lambda p: p.update(execmode="R1"), "execmode: 'R1' is not one of P1, P2"),
     (lambda p: p.update(registry="${HVDFLOW_NO_SUCH_VARIABLE}"), "environment variable $HVDFLOW_NO_SUCH_VARIABLE is not set"),
     (lambda p: p.pop("launcher"), "missing required key(s) launcher"),
+    (lambda p: p.update(step_timeout_minutes=0), "step_timeout_minutes: must be"),
 ])
 def test_bad_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit(tree / "profiles" / "local" / "hvdflow.yaml", edit)
@@ -238,6 +241,7 @@ def test_train_command_lines_of_each_slurm_profile_are_golden(tree: Path, profil
     (lambda p: p["slurm"].pop("gpus_per_node"), "slurm: missing required key(s) gpus_per_node"),
     (lambda p: p.pop("slurm"), "scheduler slurm needs a slurm section"),
     (lambda p: p["slurm"].update(gpus_per_node=-1), "gpus_per_node: must be 0 (no GPUs) or more"),
+    (lambda p: p["slurm"].update(signal_grace_seconds=-5), "signal_grace_seconds: must be 0 (no warning) to 65535"),
 ])
 def test_bad_slurm_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit(tree / "profiles" / "testbed" / "hvdflow.yaml", edit)
