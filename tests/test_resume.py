@@ -184,3 +184,14 @@ def test_attempts_are_recorded_and_a_silent_death_is_named(tmp_path: Path, index
     assert (second["attempt"], second["from"], second["to"], second["outcome"]) == (2, "epoch 1 step 0", "epoch 1 step 0",
                                                                                       "failed")
     assert second["error"] == "rank 1 failed with exit code -9"
+
+
+def test_a_rank_that_exits_0_before_the_last_epoch_is_a_failure(tmp_path: Path) -> None:
+    from hvdflow.pipeline.stages import collect_rank_results
+
+    for rank, epochs in ((0, 10), (1, 7)):
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"weights_sha256": "a", "epochs_done": epochs}))
+    with pytest.raises(LaunchError, match=f"rank 1 exited 0 after 7 of 10 epochs \\({tmp_path / 'rank-1.json'}\\)"):
+        collect_rank_results(tmp_path, 2, 10)
+    (tmp_path / "rank-1.json").write_text(json.dumps({"weights_sha256": "a", "epochs_done": 10}))
+    assert len(collect_rank_results(tmp_path, 2, 10)) == 2
