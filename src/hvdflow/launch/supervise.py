@@ -21,6 +21,7 @@ from hvdflow.launch.runtime import Runtime
 from hvdflow_runstate import STOPPED_EXIT
 
 STOP_GRACE = 10.0
+KILL_REAP_WAIT = 10.0
 STOPPING_WAIT = 120.0
 """How long the other processes may take to exit after one exited with STOPPED_EXIT (they stop together)."""
 
@@ -62,6 +63,10 @@ def stop(processes: Sequence[Supervised]) -> None:
             _signal_group(p.proc, signal.SIGKILL)
     for p in processes:
         p.proc.wait()
+    # SIGKILL is delivered at once, but a killed member whose parent is gone stays in /proc until init reaps it
+    deadline = time.monotonic() + KILL_REAP_WAIT
+    while time.monotonic() < deadline and any(group_members(p.proc.pid) for p in processes):
+        time.sleep(0.05)
 
 
 def _reap_and_check(p: Supervised) -> bool:
