@@ -144,7 +144,7 @@ def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_we
     record = pipeline.json("results/cluster/run.json")
     assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
     first, second = record["attempts"]
-    assert first["outcome"] == "failed" and first["error"].startswith("rank 3 on n2 failed"), first
+    assert first["outcome"] == "failed" and "rank 3 on n2 failed" in first["error"], first
     assert first["slurm_job_id"] != second["slurm_job_id"]  # a new job: Snakemake's retry
     assert (second["outcome"], second["from"]) == ("completed", "epoch 1 step 0")
     logs = pipeline.root / "logs/train/cluster"

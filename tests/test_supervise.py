@@ -49,3 +49,13 @@ def test_a_failure_stops_the_other_groups_entirely(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match="failing rank failed with exit code 3"):
         supervise([stubborn, failing], timeout=60)
     assert group_members(stubborn.proc.pid) == [] and group_members(failing.proc.pid) == []
+
+
+def test_the_rank_killed_by_a_signal_is_named_before_a_peer_that_exited_1_after_it(tmp_path: Path) -> None:
+    # a rank dies of SIGKILL and its peer fails on the broken connection a moment later: both have exited by the
+    # next poll, and the error must name the one that died first, not the first in the list
+    peer = start("rank 0", ["sh", "-c", "sleep 0.15; exit 1"], tmp_path / "rank-0.log", {})
+    killed = start("rank 1", ["sh", "-c", "sleep 0.1; kill -9 $$"], tmp_path / "rank-1.log", {})
+    with pytest.raises(LaunchError, match=r"rank 1 failed with exit code -9"):
+        supervise([peer, killed])
+    assert group_members(peer.proc.pid) == [] and group_members(killed.proc.pid) == []

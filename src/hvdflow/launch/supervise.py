@@ -103,6 +103,16 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
+def culprit_rank(code: int) -> int:
+    """How likely an exit status is the first failure rather than its echo, smallest first.
+
+    When one rank dies, its peers fail soon after on the broken connection, usually with status 1; if several have
+    exited by the time they are seen, the one killed by a signal (SIGKILL, out of memory) or with another status is
+    named before the ones that exited 1.
+    """
+    return 0 if code < 0 else 2 if code == 1 else 1
+
+
 def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
               follow: Optional[Callable[[], None]] = None) -> None:
     """Wait for all processes to exit 0; on the first failure or the timeout stop the others and raise LaunchError.
@@ -116,18 +126,19 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
     stopped: list[Supervised] = []
     try:
         while pending:
-            for p in list(pending):
-                code = p.proc.poll()
-                if code is None:
-                    continue
+            exited = [(p, p.proc.poll()) for p in pending]
+            failed = [(p, code) for p, code in exited if code not in (None, 0, STOPPED_EXIT)]
+            if failed:
+                p, code = min(failed, key=lambda failure: culprit_rank(failure[1]))
+                raise LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
+                                  f"Log: {p.log}\n{log_tail(p.log)}")
+            for p, code in exited:
                 if code == STOPPED_EXIT:
                     stopped.append(p)
                     stopping_deadline = time.monotonic() + STOPPING_WAIT
                     deadline = stopping_deadline if deadline is None else min(deadline, stopping_deadline)
-                elif code != 0:
-                    raise LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
-                                      f"Log: {p.log}\n{log_tail(p.log)}")
-                pending.remove(p)
+                if code is not None:
+                    pending.remove(p)
             if follow is not None:
                 follow()
             if pending and deadline is not None and time.monotonic() > deadline:

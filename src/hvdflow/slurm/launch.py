@@ -32,6 +32,7 @@ from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
 from hvdflow.launch.supervise import ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
+from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import read_reports
 
 CLEANUP_TIMEOUT = 300.0
@@ -98,7 +99,9 @@ def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
     failures = [json.loads(p.read_text()) for p in logs.glob("rank-*.failed.json")]
     for failure in failures:
         rank_log = logs / f"rank-{failure['rank']}.log"
-        failure["collateral"] = rank_log.exists() and HOROVOD_SHUTDOWN in rank_log.read_text(errors="replace")
+        # the rank log is appended to by every attempt: only this attempt's part, after the rank task's last header
+        this_attempt = rank_log.read_text(errors="replace").rsplit(RANK_TASK_HEADER, 1)[-1] if rank_log.exists() else ""
+        failure["collateral"] = HOROVOD_SHUTDOWN in this_attempt
     failures.sort(key=lambda f: (f["collateral"], f["unix"]))
     return failures[0] if failures else None
 

@@ -32,6 +32,8 @@ from hvdflow_runstate import STOPPED_EXIT
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+RANK_TASK_HEADER = "# hvdflow rank task"
+"""How each attempt's part of a rank log begins (the log is appended to by every attempt of a job)."""
 
 
 def nvidia_driver_version() -> str | None:
@@ -131,7 +133,7 @@ def main(argv: list[str]) -> int:
     logs = Path(task["logs"])
     with open(logs / f"rank-{rank}.log", "ab") as log:  # appended: a requeued or retried job keeps every attempt's
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-        log.write((f"# hvdflow rank task, job {os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
+        log.write((f"{RANK_TASK_HEADER}, job {os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n" + "".join(f"# {note}\n" for note in notes)
                    + f"$ {' '.join(task['argv'])}\n").encode())
         log.flush()
