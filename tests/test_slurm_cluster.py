@@ -117,7 +117,9 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
         assert pipeline.json("logs/train/cluster/rendezvous.json")["addr"] == cluster.node_addr("n1")
         assert f"Gloo rendezvous {cluster.node_addr('n1')}:" in (logs / "rank-3.log").read_text()
     output = proc.stdout + proc.stderr
-    assert "sbatch call: sbatch" in output and "--nodes=2 --ntasks-per-node=2" in output and "--gres=gpu:2" in output
+    [sbatch] = [line for line in output.splitlines() if "sbatch call: sbatch" in line and "rule_train" in line]
+    assert {"--nodes=2", "--ntasks-per-node=2", "--gres=gpu:2", "--requeue", "--signal=USR1@60",
+            "--open-mode=append"} <= set(sbatch.split()), sbatch
     evaluation = pipeline.json("results/cluster/evaluation.json")
     assert evaluation["accuracy"] > 0.8
 
