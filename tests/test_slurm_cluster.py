@@ -124,14 +124,19 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     assert evaluation["accuracy"] > 0.8
 
 
-def test_uneven_tasks_per_node(cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, ranks=3, epochs=1)
+def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    # 5 ranks on 2 nodes of 4 CPUs: without a per-node maximum Slurm packs 4 + 1, and rank 3 has no GPU of its own
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, ranks=5, epochs=1)
     proc = pipeline.snakemake("results/cluster/run.json", profile="testbed")
     assert proc.returncode == 0, proc.stderr[-8000:]
     record = pipeline.json("results/cluster/run.json")
     assert [(r["rank"], r["hostname"], r["local_rank"], r["cross_rank"]) for r in record["ranks"]] == \
-        [(0, "n1", 0, 0), (1, "n1", 1, 0), (2, "n2", 0, 1)]
-    assert record["slurm"]["tasks_per_node"] == "2,1"
+        [(0, "n1", 0, 0), (1, "n1", 1, 0), (2, "n1", 2, 0), (3, "n2", 0, 1), (4, "n2", 1, 1)]
+    assert record["slurm"]["tasks_per_node"] == "3,2"
+    for host, count in (("n1", 3), ("n2", 2)):  # the job holds gpu:3 per node, of 4
+        gpus = [r["cuda_visible_devices"] for r in record["ranks"] if r["hostname"] == host]
+        assert len(set(gpus)) == count and all(g is not None and "," not in g for g in gpus), gpus
 
 
 def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(
