@@ -152,6 +152,15 @@ def test_starting_over_moves_the_old_checkpoints_aside(tmp_path: Path, index: Pa
     assert {p.name: p.read_bytes() for p in moved.iterdir()} == before
 
 
+def test_a_run_stopped_before_its_first_checkpoint_keeps_its_attempts(tmp_path: Path, index: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    identity = identity_of(SPEC, "sha256:aaa", index)
+    begin_attempt(folder, prepare_checkpoint_folder(folder, identity, "auto"))
+    plan = prepare_checkpoint_folder(folder, identity, "auto")
+    assert plan.text == "starting from scratch (the run stopped before its first checkpoint)"
+    assert [p.name for p in folder.iterdir()] == ["attempts.json"] and not (tmp_path / "checkpoints.previous").exists()
+
+
 def test_an_unreadable_manifest_is_named(tmp_path: Path, index: Path) -> None:
     folder = tmp_path / "checkpoints"
     folder.mkdir()

@@ -52,17 +52,18 @@ def node_scratch_leftovers(layout: Any) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Callable[[str], Pipeline]:
-    """The cluster experiment with 4 ranks on this machine (local profile, one node), per launcher, run once each."""
-    runs: dict[str, Pipeline] = {}
+def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Callable[..., Pipeline]:
+    """The cluster experiment with 4 ranks on this machine (local profile, one node), per launcher and epochs, run
+    once each: the uninterrupted runs the cluster runs are compared with."""
+    runs: dict[tuple[str, int], Pipeline] = {}
 
-    def run(launcher: str) -> Pipeline:
-        if launcher not in runs:
-            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, nodes=1)
+    def run(launcher: str, epochs: int = CLUSTER_EXPERIMENT["epochs"]) -> Pipeline:
+        if (launcher, epochs) not in runs:
+            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, nodes=1, epochs=epochs)
             proc = pipeline.snakemake("results/cluster/run.json", extra_env={"HVDFLOW_LAUNCHER": launcher})
             assert proc.returncode == 0, proc.stderr[-5000:]
-            runs[launcher] = pipeline
-        return runs[launcher]
+            runs[launcher, epochs] = pipeline
+        return runs[launcher, epochs]
 
     return run
 
@@ -88,7 +89,7 @@ def test_the_test_bed_is_a_real_cluster_with_accounting_and_gpus(cluster: Any, h
 
 
 def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
-        cluster_run: tuple[str, Pipeline, subprocess.CompletedProcess[str]], local_runs: Callable[[str], Pipeline],
+        cluster_run: tuple[str, Pipeline, subprocess.CompletedProcess[str]], local_runs: Callable[..., Pipeline],
         cluster: Any) -> None:
     launcher, pipeline, proc = cluster_run
     record = pipeline.json("results/cluster/run.json")
@@ -141,7 +142,7 @@ def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
 
 def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
-        local_runs: Callable[[str], Pipeline]) -> None:
+        local_runs: Callable[..., Pipeline]) -> None:
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
     proc = pipeline.snakemake("results/cluster/run.json", "--retries", "1", profile="testbed",
                               extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "3:2.3:kill:once"})
@@ -161,12 +162,12 @@ def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_we
     assert pipeline.processes() == [], "a rank or the rendezvous server outlived a job"
 
 
-def _start_and_wait_for_training(pipeline: Pipeline, *args: str) -> tuple[subprocess.Popen[str], str]:
-    """Start Snakemake on the test bed; once rank 0 trains, the running Snakemake and the training job's id."""
+def _start_and_wait_for(pipeline: Pipeline, line: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """Start Snakemake on the test bed; once rank 0 has logged ``line``, the running Snakemake and the job's id."""
     running = pipeline.start_snakemake("results/cluster/run.json", *args, profile="testbed")
     rank0 = pipeline.root / "logs/train/cluster/rank-0.log"
     deadline = time.monotonic() + 900
-    while "hvdflow: starting from scratch" not in (rank0.read_text(errors="replace") if rank0.exists() else ""):
+    while line not in (rank0.read_text(errors="replace") if rank0.exists() else ""):
         assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-6000:]
         time.sleep(0.1)
     return running, pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
@@ -174,9 +175,10 @@ def _start_and_wait_for_training(pipeline: Pipeline, *args: str) -> tuple[subpro
 
 def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_same_weights(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
-        local_runs: Callable[[str], Pipeline]) -> None:
+        local_runs: Callable[..., Pipeline]) -> None:
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
-    running, job = _start_and_wait_for_training(pipeline)
+    # as soon as the trainer runs: a stop signal is kept from then on, and acted on after the first step
+    running, job = _start_and_wait_for(pipeline, "hvdflow: starting from scratch")
     hpc_user.run(["scancel", "--signal=USR1", job], check=True)  # as Slurm does --signal=USR1@grace before the limit
     proc = Pipeline.finish(running)
     output = proc.stdout + proc.stderr
@@ -202,16 +204,17 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
 
 def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_run_resumes(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
-        local_runs: Callable[[str], Pipeline]) -> None:
-    # a time limit without warning, or a preemption: SIGTERM to every process of the job (the batch shell and the
-    # inner Snakemake too), SIGKILL KillWait (5 s here) later
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
-    running, job = _start_and_wait_for_training(pipeline, "--retries", "1")
+        local_runs: Callable[..., Pipeline]) -> None:
+    # a time limit without warning, or a preemption: SIGTERM to every process of the job (the batch shell, the inner
+    # Snakemake and srun too), which srun follows with SIGKILL to the step KillWait + 2 s (7 s here) later. Sent
+    # after the first epoch (6 in all), so that training is under way and ends after the kill would come.
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, epochs=6)
+    running, job = _start_and_wait_for(pipeline, "hvdflow: epoch 1/6", "--retries", "1")
     hpc_user.run(["scancel", "--full", "--signal=TERM", job], check=True)
     proc = Pipeline.finish(running)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
     record = pipeline.json("results/cluster/run.json")
-    assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
+    assert record["weights_sha256"] == local_runs("gloo", 6).json("results/cluster/run.json")["weights_sha256"]
     first, second = record["attempts"]
     assert first["outcome"] in ("stopped on a signal after a checkpoint", KILLED), first
     assert second["outcome"] == "completed" and second["from"] != "the start"

@@ -23,6 +23,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 from hvdflow.config.experiment import RUN_SETTINGS
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.slurm.requeue import restart_count
 from hvdflow_runstate import (
     CheckpointError,
     identity_differences,
@@ -70,9 +71,11 @@ def prepare_checkpoint_folder(folder: Path, identity: Mapping[str, object], resu
         raise LaunchError(str(exc)) from None
     scratch = position(None)
     if manifest is None:
-        if folder.is_dir() and any(folder.iterdir()):
-            return ResumePlan(_move_aside(folder, f"{folder} has files but no manifest (an older hvdflow's checkpoints)"),
-                              scratch)
+        if folder.is_dir() and any(folder.iterdir()) and not (folder / ATTEMPTS).exists():
+            return ResumePlan(_move_aside(folder, f"{folder} has files but neither a manifest nor attempts (not this "
+                                                  "hvdflow's checkpoints)"), scratch)
+        if (folder / ATTEMPTS).exists():
+            return ResumePlan("starting from scratch (the run stopped before its first checkpoint)", scratch)
         return ResumePlan("starting from scratch (no checkpoint)", scratch)
     if manifest.get("finished"):
         return ResumePlan(_move_aside(folder, "the last run finished; starting a new one"), scratch)
@@ -112,8 +115,9 @@ def begin_attempt(folder: Path, plan: ResumePlan) -> list[dict[str, Any]]:
     for attempt in attempts:
         if attempt["outcome"] == "running":
             attempt["outcome"] = KILLED
-    attempts.append({"attempt": len(attempts) + 1, "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                     "slurm_restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+    job = os.environ.get("SLURM_JOB_ID")
+    attempts.append({"attempt": len(attempts) + 1, "slurm_job_id": job,
+                     "slurm_restart_count": restart_count(job) if job else None,
                      "host": os.uname().nodename, "start_unix": time.time(), "plan": plan.text,
                      "from": plan.start, "outcome": "running"})
     write_json_atomic(folder / ATTEMPTS, attempts)
