@@ -103,14 +103,43 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def culprit_rank(code: int) -> int:
-    """How likely an exit status is the first failure rather than its echo, smallest first.
+HOROVOD_SHUTDOWN = "Horovod has been shut down"
+"""What Horovod prints in a rank that fails because another rank is gone: such a failure is an echo, not a cause."""
+FAILURE_SETTLE = 3.0
+"""Seconds a failure waits for the other processes to end too, so that the one that failed first can be named."""
 
-    When one rank dies, its peers fail soon after on the broken connection, usually with status 1; if several have
-    exited by the time they are seen, the one killed by a signal (SIGKILL, out of memory) or with another status is
-    named before the ones that exited 1.
+
+def is_echo(log: Path) -> bool:
+    """Whether the process logging to ``log`` failed on another rank's loss (Horovod's shutdown message)."""
+    try:
+        return HOROVOD_SHUTDOWN in log.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def failure_error(processes: Sequence[Supervised], finished: Sequence[Supervised]) -> LaunchError:
+    """The error naming the process that failed first, once the others have had a moment to end as well.
+
+    When a rank dies its peers fail soon after with Horovod's shutdown message; they are echoes. The culprit is a
+    failed process that is no echo, preferring a death by signal (SIGKILL, out of memory), then another status than
+    1. Where every failure is an echo and a rank of ``finished`` (exited 0 before the failure) is not, that rank died
+    in a way its runtime reported as success (udocker can exit 0 for a rank killed inside the container).
     """
-    return 0 if code < 0 else 2 if code == 1 else 1
+    deadline = time.monotonic() + FAILURE_SETTLE
+    while time.monotonic() < deadline and any(p.proc.poll() is None for p in processes):
+        time.sleep(0.1)
+    failed = [(p, p.proc.returncode) for p in processes if p.proc.poll() not in (None, 0, STOPPED_EXIT)]
+    causes = [(p, code) for p, code in failed if not is_echo(p.log)]
+    if not causes:
+        silent = [p for p in finished if not is_echo(p.log)]
+        if silent:
+            p = silent[0]
+            return LaunchError(f"{p.label} ended (status 0) before the run did, and the others failed on its loss: it "
+                               f"was probably killed inside the container (SIGKILL, out of memory); the other processes "
+                               f"were stopped. Log: {p.log}\n{log_tail(p.log)}")
+    p, code = min(causes or failed, key=lambda failure: 0 if failure[1] < 0 else 2 if failure[1] == 1 else 1)
+    return LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
+                       f"Log: {p.log}\n{log_tail(p.log)}")
 
 
 def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
@@ -124,19 +153,19 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = list(processes)
     stopped: list[Supervised] = []
+    finished: list[Supervised] = []
     try:
         while pending:
             exited = [(p, p.proc.poll()) for p in pending]
-            failed = [(p, code) for p, code in exited if code not in (None, 0, STOPPED_EXIT)]
-            if failed:
-                p, code = min(failed, key=lambda failure: culprit_rank(failure[1]))
-                raise LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
-                                  f"Log: {p.log}\n{log_tail(p.log)}")
+            if any(code not in (None, 0, STOPPED_EXIT) for _, code in exited):
+                raise failure_error(processes, finished)
             for p, code in exited:
                 if code == STOPPED_EXIT:
                     stopped.append(p)
                     stopping_deadline = time.monotonic() + STOPPING_WAIT
                     deadline = stopping_deadline if deadline is None else min(deadline, stopping_deadline)
+                if code == 0:
+                    finished.append(p)
                 if code is not None:
                     pending.remove(p)
             if follow is not None:

@@ -30,7 +30,7 @@ from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
-from hvdflow.launch.supervise import ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
+from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import read_reports
@@ -85,9 +85,6 @@ def srun_failed_task(srun_log: Path) -> Optional[tuple[int, str, str]]:
     if not match:
         return None
     return int(re.split(r"[-,]", match.group(2))[0]), match.group(1), match.group(3)
-
-
-HOROVOD_SHUTDOWN = "Horovod has been shut down"
 
 
 def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
