@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 
 from hvdflow.errors import LaunchError
-from hvdflow.pipeline.resume import KILLED, begin_attempt, end_attempt, identity_of, load_attempts, prepare_checkpoint_folder
+from hvdflow.pipeline.resume import (
+    KILLED,
+    begin_attempt,
+    describe_attempts,
+    end_attempt,
+    identity_of,
+    load_attempts,
+    prepare_checkpoint_folder,
+)
 from hvdflow_runstate import (
     FORMAT,
     MANIFEST,
@@ -193,6 +201,10 @@ def test_attempts_are_recorded_and_a_silent_death_is_named(tmp_path: Path, index
     assert (second["attempt"], second["from"], second["to"], second["outcome"]) == (2, "epoch 1 step 0", "epoch 1 step 0",
                                                                                       "failed")
     assert second["error"] == "rank 1 failed with exit code -9"
+    host = first["host"]
+    assert describe_attempts([first, second]) == [
+        f"attempt 1 ({host}): the start -> ?: {KILLED}",
+        f"attempt 2 ({host}): epoch 1 step 0 -> epoch 1 step 0: failed (rank 1 failed with exit code -9)"]
 
 
 def test_a_rank_that_exits_0_before_the_last_epoch_is_a_failure(tmp_path: Path) -> None:

@@ -102,6 +102,16 @@ def load_attempts(folder: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text()) if path.exists() else []
 
 
+def describe_attempts(attempts: list[dict[str, Any]]) -> list[str]:
+    """One line per recorded attempt, for the log of the next one (Snakemake clears a rule's log before each run)."""
+    lines = []
+    for a in attempts:
+        where = f"Slurm job {a['slurm_job_id']}, restart {a['slurm_restart_count']}" if a.get("slurm_job_id") else a["host"]
+        error = f" ({a['error']})" if a.get("error") else ""
+        lines.append(f"attempt {a['attempt']} ({where}): {a['from']} -> {a.get('to', '?')}: {a['outcome']}{error}")
+    return lines
+
+
 def current_position(folder: Path) -> str:
     """Where the run's newest checkpoint leaves training, in words."""
     manifest = read_manifest(str(folder))

@@ -24,7 +24,7 @@ from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
 from hvdflow.launch.rank_env import placements
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
-from hvdflow.pipeline.resume import begin_attempt, end_attempt, prepare_checkpoint_folder
+from hvdflow.pipeline.resume import begin_attempt, describe_attempts, end_attempt, load_attempts, prepare_checkpoint_folder
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 
@@ -93,6 +93,8 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoints = out_dir / CHECKPOINTS
     plan = prepare_checkpoint_folder(checkpoints, identity, spec.resume)
+    for line in describe_attempts(load_attempts(checkpoints)):
+        note(progress, f"hvdflow: {line}")
     note(progress, f"hvdflow: {plan.text}")
     for name in TRAIN_OUTPUTS:
         target = out_dir / name

@@ -11,15 +11,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 from typing import NoReturn, Optional
 
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.supervise import note
-
-REQUEUE_WAIT = 300.0
-"""How long the step waits for Slurm to end the requeued job before failing on its own."""
 
 
 def restart_count(job: str) -> int:
@@ -58,5 +54,8 @@ def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoRet
         raise RunStopped(f"{stopped}\nSlurm did not requeue job {job} ({refusal}); the rule fails, and its retries "
                          "resume the run in a new job") from None
     note(log, f"hvdflow: {stopped}\nhvdflow: job {job} requeued; Slurm ends it now and restarts it to resume")
-    time.sleep(REQUEUE_WAIT)
-    raise RunStopped(f"{stopped}\njob {job} was requeued but still runs after {REQUEUE_WAIT:.0f} s")
+    # fail at once: this run of the job is over. Waiting for Slurm's kill is no option: with proctrack/linuxproc the
+    # process running the rule can outlive the job's end (its parent exits first), and a late failure would make its
+    # Snakemake remove the outputs the restarted job has written by then.
+    raise RunStopped(f"{stopped}\njob {job} requeued: Slurm ends this run of it and starts it again (same job id), "
+                     "which resumes from the checkpoint") from None
