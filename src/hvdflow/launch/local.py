@@ -39,7 +39,8 @@ def launch_gloo_local(
     try:
         for placement in placements:
             argv = runtime.command(command, horovod_gloo_env(placement, "127.0.0.1", port, iface), binds)
-            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env()))
+            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env(),
+                               rank=True))
         supervise(ranks, timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
     finally:
         stop(ranks + [server])

@@ -35,14 +35,29 @@ class Supervised:
     proc: subprocess.Popen[bytes]
 
 
-def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> Supervised:
-    """Start ``argv`` in a new session with its output in ``log``."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+"""The signals that ask a training run to checkpoint and stop (the trainer catches them)."""
+
+
+def ignore_stop_signals() -> None:
+    """In a child before exec: ignore :data:`STOP_SIGNALS` (an ignored disposition survives exec).
+
+    For the processes between a launcher and a rank: ``udocker run`` is a Python process that waits for proot, and
+    SIGUSR1's or SIGTERM's default action would kill it while the trainer below it saves its checkpoint; the rank
+    would then look dead. The trainer installs its own handlers, so it still gets every signal.
+    """
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False) -> Supervised:
+    """Start ``argv`` in a new session with its output in ``log``; a ``rank`` with :func:`ignore_stop_signals`."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as out:
         out.write(f"$ {shlex.join(argv)}\n".encode())
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env), start_new_session=True)
+                                env=dict(env), start_new_session=True, preexec_fn=ignore_stop_signals if rank else None)
     return Supervised(label, log, proc)
 
 

@@ -27,11 +27,11 @@ from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
+from hvdflow.launch.supervise import STOP_SIGNALS, ignore_stop_signals
 from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 RANK_TASK_HEADER = "# hvdflow rank task"
 """How each attempt's part of a rank log begins (the log is appended to by every attempt of a job)."""
 
@@ -85,26 +85,15 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     return rank, child, notes
 
 
-def _ignore_forwarded_signals() -> None:
-    """In the child before exec: ignore the forwarded signals (an ignored disposition survives exec).
-
-    ``udocker run`` is a Python process that waits for proot, and SIGUSR1's or SIGTERM's default action would kill
-    it while the trainer below it saves its checkpoint; the rank would then look dead. The trainer installs its own
-    handlers, so it still gets every signal.
-    """
-    for sig in FORWARDED_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-
-
 def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str]) -> int:
     """Run ``argv`` in its own process group, forwarding TERM, USR1 and INT to that whole group; its exit status.
 
     Under ``proctrack/cgroup`` Slurm signals only a task's top process (this one); the trainer inside the container
     must get the signal to checkpoint, and USR1's default action would kill this process instead. The processes
-    between this one and the trainer ignore those signals (:func:`_ignore_forwarded_signals`).
+    between this one and the trainer ignore those signals (:func:`~hvdflow.launch.supervise.ignore_stop_signals`).
     """
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
-                            start_new_session=True, preexec_fn=_ignore_forwarded_signals)
+                            start_new_session=True, preexec_fn=ignore_stop_signals)
 
     def forward(signum: int, frame: object) -> None:
         log.write(f"# hvdflow rank task: forwarding {signal.Signals(signum).name} to the rank\n".encode())
@@ -114,7 +103,7 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
         except ProcessLookupError:
             pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS}
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
         return proc.wait()
     finally:
