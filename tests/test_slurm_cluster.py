@@ -190,8 +190,13 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
         "stopped on a signal after a checkpoint", job, 0)
     assert (second["outcome"], second["slurm_job_id"], second["slurm_restart_count"]) == ("completed", job, 1)
     assert second["from"] == first["to"] != "the start"
+    # the rule's log (Snakemake clears it for each run of the job) names the earlier attempt; the job's own log, which
+    # Slurm appends to across the restart, has both
     log = (pipeline.root / "logs/train/cluster.log").read_text()
-    assert f"job {job} requeued" in log and "resuming from checkpoint" in log and "stopped at epoch" in log
+    assert (f"hvdflow: attempt 1 (Slurm job {job}, restart 0): the start -> {first['to']}: stopped on a signal after a "
+            "checkpoint") in log and "hvdflow: resuming from checkpoint ckpt-" in log, log
+    job_log = (pipeline.root / f".snakemake/slurm_logs/rule_train/cluster/{job}.log").read_text()
+    assert f"job {job} requeued" in job_log and job_log.count("localrule train:") == 2
     # Snakemake saw one job that ran twice: reported once, its checkpoints kept
     assert output.count("rule train:") == 1, output[-8000:]
     manifest = pipeline.json("results/cluster/checkpoints/manifest.json")
