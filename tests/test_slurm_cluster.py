@@ -4,6 +4,7 @@ namespaces with four fake GPUs each), submitted by the ordinary user through sna
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from pathlib import Path
@@ -173,9 +174,30 @@ def _start_and_wait_for(pipeline: Pipeline, line: str, *args: str) -> tuple[subp
     return running, pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
 
 
+@pytest.fixture(params=["linuxproc", "cgroup"])
+def signal_bed(request: pytest.FixtureRequest, cluster: Any) -> Iterator[Any]:
+    """The test bed as it runs (proctrack/linuxproc: a signal reaches every process of a task), then switched to
+    proctrack/cgroup (a freezer cgroup per step; a signal reaches only each task's top process, as on most production
+    clusters) for one test and back after it."""
+    if request.param == "linuxproc":
+        yield cluster
+        return
+    switched = dataclasses.replace(cluster, proctrack="cgroup")
+    testbed.stop(cluster)
+    try:
+        testbed.start(switched)
+        yield switched
+    finally:
+        testbed.stop(switched)
+        testbed.start(cluster)
+    assert not any(switched.freezer_dir(node).exists() for node in switched.node_names), "stop left a cgroup behind"
+
+
 def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_same_weights(
-        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        signal_bed: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
         local_runs: Callable[..., Pipeline]) -> None:
+    config = hpc_user.run(["scontrol", "show", "config"], check=True).stdout
+    assert f"proctrack/{signal_bed.proctrack}" in config
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
     # as soon as the trainer runs: a stop signal is kept from then on, and acted on after the first step
     running, job = _start_and_wait_for(pipeline, "hvdflow: starting from scratch")
@@ -202,8 +224,11 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
     manifest = pipeline.json("results/cluster/checkpoints/manifest.json")
     folder = pipeline.root / "results/cluster/checkpoints"
     assert manifest["finished"] and all((folder / f).exists() for c in manifest["checkpoints"] for f in c["files"])
-    assert "forwarding SIGUSR1 to the rank" in (pipeline.root / "logs/train/cluster/rank-2.log").read_text()
-    assert not node_scratch_leftovers(cluster)
+    # the rank task, the top process of its Slurm task, passed the signal on to the trainer in the container: under
+    # proctrack/cgroup nothing else would have reached it
+    rank_log = (pipeline.root / "logs/train/cluster/rank-2.log").read_text()
+    assert "forwarding SIGUSR1 to the rank" in rank_log and "on signal SIGUSR1" in rank_log, rank_log[-3000:]
+    assert not node_scratch_leftovers(signal_bed)
     assert pipeline.processes() == []
 
 

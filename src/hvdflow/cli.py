@@ -119,7 +119,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     """Start, stop or show the test-bed Slurm cluster (root)."""
     from hvdflow.testbed import cluster as testbed
 
-    layout = testbed.default_layout(args.base, args.nodes)
+    layout = testbed.default_layout(args.base, args.nodes, args.proctrack)
     if args.action == "start":
         started = time.monotonic()
         testbed.start(layout)
@@ -191,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     bed.add_argument("--base", type=Path, default=None, help="its files (default: $HVDFLOW_TESTBED_DIR or "
                      "/var/lib/hvdflow-testbed)")
     bed.add_argument("--nodes", type=int, default=2, help="slurmd nodes, each in its own namespaces")
+    bed.add_argument("--proctrack", choices=("linuxproc", "cgroup"), default=None,
+                     help="how slurmd tracks a job's processes (default: $HVDFLOW_TESTBED_PROCTRACK or linuxproc); "
+                     "cgroup signals only each task's top process, as production clusters do")
     bed.set_defaults(func=cmd_testbed)
     return parser
 

@@ -29,7 +29,8 @@ from hvdflow.testbed import config as tc
 
 DEFAULT_BASE = Path("/var/lib/hvdflow-testbed")
 ETC_SLURM = Path("/etc/slurm")
-CONFIG_FILES = {"slurm.conf": tc.slurm_conf, "gres.conf": tc.gres_conf, "slurmdbd.conf": tc.slurmdbd_conf}
+CONFIG_FILES = {"slurm.conf": tc.slurm_conf, "gres.conf": tc.gres_conf, "cgroup.conf": tc.cgroup_conf,
+                "slurmdbd.conf": tc.slurmdbd_conf}
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 
 
@@ -37,10 +38,12 @@ class TestbedError(HvdflowError):
     """The test-bed cluster could not be started or stopped; the message names the daemon and its log."""
 
 
-def default_layout(base: Optional[Path] = None, nodes: int = 2) -> tc.Layout:
-    """The layout under ``base`` (default ``$HVDFLOW_TESTBED_DIR`` or /var/lib/hvdflow-testbed)."""
+def default_layout(base: Optional[Path] = None, nodes: int = 2, proctrack: Optional[str] = None) -> tc.Layout:
+    """The layout under ``base`` (default ``$HVDFLOW_TESTBED_DIR`` or /var/lib/hvdflow-testbed), tracking processes
+    with ``proctrack`` (default ``$HVDFLOW_TESTBED_PROCTRACK`` or linuxproc)."""
     base = base or Path(os.environ.get("HVDFLOW_TESTBED_DIR", str(DEFAULT_BASE)))
-    return tc.Layout(base=base, nodes=nodes, controller_host=socket.gethostname().split(".")[0])
+    proctrack = proctrack or os.environ.get("HVDFLOW_TESTBED_PROCTRACK", "linuxproc")
+    return tc.Layout(base=base, nodes=nodes, controller_host=socket.gethostname().split(".")[0], proctrack=proctrack)
 
 
 def client_env(layout: tc.Layout) -> dict[str, str]:
@@ -192,19 +195,52 @@ def _make_node_dirs(layout: tc.Layout) -> None:
                 os.mknod(dev / f"nvidia{i}", 0o666 | 0o020000, os.makedev(195, i))
 
 
+def _make_freezer_dir(layout: tc.Layout, node: str) -> None:
+    """The node's own freezer cgroup (proctrack/cgroup), recorded so that :func:`stop` removes it."""
+    if not tc.FREEZER.is_dir():
+        raise TestbedError(f"proctrack/cgroup needs the cgroup v1 freezer at {tc.FREEZER}, which this machine lacks: "
+                           "start the test bed with proctrack linuxproc")
+    path = layout.freezer_dir(node)
+    if not path.is_dir():
+        path.mkdir()
+        with open(layout.run / "cgroup.created", "a") as record:
+            record.write(f"{path}\n")
+
+
+def _remove_freezer_dirs(layout: tc.Layout) -> None:
+    """Remove the freezer cgroups :func:`_make_freezer_dir` made, with what Slurm left inside them (deepest first)."""
+    record = layout.run / "cgroup.created"
+    if not record.exists():
+        return
+    for top in record.read_text().split():
+        nested = [Path(root, d) for root, dirs, _ in os.walk(top, topdown=False) for d in dirs]
+        for path in [*nested, Path(top)] if Path(top).is_dir() else []:
+            try:
+                path.rmdir()
+            except OSError as exc:
+                raise TestbedError(f"cannot remove the test bed's cgroup {path}: {exc.strerror} (a process of a job "
+                                   "still in it?)") from exc
+    record.unlink()
+
+
 def _start_nodes(layout: tc.Layout) -> None:
     """One slurmd per node, in the node's network namespace and a new UTS and mount namespace.
 
-    In its mount namespace the node sees the test bed's hosts file, its own scratch, and the test bed's configuration
-    at ``/etc/slurm``; the machine's own files stay as they are. ``nsenter --net`` rather than ``ip netns exec``, which
-    remounts /sys and leaves slurmd without /sys/fs/cgroup.
+    In its mount namespace the node sees the test bed's hosts file, its own scratch, the test bed's configuration
+    at ``/etc/slurm`` and, with proctrack/cgroup, its own freezer cgroup at the freezer's mount point; the machine's
+    own files stay as they are. ``nsenter --net`` rather than ``ip netns exec``, which remounts /sys and leaves slurmd
+    without /sys/fs/cgroup.
     """
     for node in layout.node_names:
         if alive(layout.run / f"slurmd-{node}.pid"):
             continue
-        script = (f"hostname {node} && mount --bind {layout.etc}/hosts /etc/hosts && "
-                  f"mount --bind {layout.etc} {ETC_SLURM} && "
-                  f"mount --bind {layout.node_scratch(node)} {layout.scratch_mount} && exec slurmd -N {node}")
+        mounts = [(f"{layout.etc}/hosts", "/etc/hosts"), (str(layout.etc), str(ETC_SLURM)),
+                  (str(layout.node_scratch(node)), str(layout.scratch_mount))]
+        if layout.proctrack == "cgroup":
+            _make_freezer_dir(layout, node)
+            mounts.append((str(layout.freezer_dir(node)), str(tc.FREEZER)))
+        script = " && ".join([f"hostname {node}", *(f"mount --bind {src} {dst}" for src, dst in mounts),
+                              f"exec slurmd -N {node}"])
         _sh(["nsenter", f"--net=/run/netns/{layout.netns(node)}", "unshare", "--uts", "--mount", "sh", "-c", script],
             env=client_env(layout))
 
@@ -279,6 +315,7 @@ def stop(layout: tc.Layout) -> None:
         for entry in [e for e in entries if e.startswith("netns:")]:
             _sh(["ip", "netns", "del", entry.split(":", 1)[1]], check=False)
         record.unlink()
+    _remove_freezer_dirs(layout)
 
 
 def status(layout: tc.Layout) -> dict[str, Optional[int]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from hvdflow.errors import HvdflowError
+
 CLUSTER = "hvdflow-testbed"
 NETWORK = "10.213.47"
 BRIDGE = "hvdtb0"
@@ -20,6 +22,10 @@ MARIADB_PORT = 13306
 DB_USER = "slurm"
 DB_PASSWORD = "hvdflow-testbed"  # MariaDB listens on 127.0.0.1 only, in a datadir of the test bed's own
 PARTITION = "debug"
+PROCTRACK = ("linuxproc", "cgroup")
+"""How slurmd tracks a job's processes: ``linuxproc`` (signals reach every process of a task) or ``cgroup`` (a freezer
+cgroup per step, as most production clusters run it; signals other than SIGKILL reach only each task's top process)."""
+FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,11 @@ class Layout:
     gpus_per_node: int = 4
     memory_mb: int = 8000
     controller_host: str = "localhost"
+    proctrack: str = "linuxproc"
+
+    def __post_init__(self) -> None:
+        if self.proctrack not in PROCTRACK:
+            raise HvdflowError(f"test-bed proctrack {self.proctrack!r}: expected one of {', '.join(PROCTRACK)}")
 
     @property
     def node_names(self) -> list[str]:
@@ -45,6 +56,10 @@ class Layout:
     def netns(self, node: str) -> str:
         """The name of the node's network namespace."""
         return f"hvdtb-{node}"
+
+    def freezer_dir(self, node: str) -> Path:
+        """The node's own freezer cgroup, mounted over :data:`FREEZER` in its mount namespace (proctrack/cgroup)."""
+        return FREEZER / f"hvdtb-{node}"
 
     @property
     def scratch_mount(self) -> Path:
@@ -81,8 +96,8 @@ class Layout:
 
 
 def slurm_conf(layout: Layout) -> str:
-    """``slurm.conf``: cons_tres with fake GPUs, accounting through slurmdbd, finished jobs kept 5 min in squeue, and
-    a requeued job restarting after 10 s (``cred_expire``; 120 s by default)."""
+    """``slurm.conf``: cons_tres with fake GPUs, accounting through slurmdbd, finished jobs kept 5 min in squeue, a
+    requeued job restarting after 10 s (``cred_expire``; 120 s by default), and the layout's process tracking."""
     b = layout.base
     nodes = "\n".join(
         f"NodeName={n} NodeAddr={layout.node_addr(n)} NodeHostname={n} CPUs={layout.cpus_per_node} "
@@ -104,7 +119,7 @@ SlurmctldPidFile={b}/run/slurmctld.pid
 SlurmdPidFile={b}/run/slurmd-%n.pid
 SlurmctldLogFile={b}/log/slurmctld.log
 SlurmdLogFile={b}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/{layout.proctrack}
 TaskPlugin=task/none
 MpiDefault=none
 SelectType=select/cons_tres
@@ -130,6 +145,13 @@ def gres_conf(layout: Layout) -> str:
     """``gres.conf``: each node's GPUs as character devices of its own."""
     last = layout.gpus_per_node - 1
     return "".join(f"NodeName={n} Name=gpu File={layout.gpu_dir(n)}/nvidia[0-{last}]\n" for n in layout.node_names)
+
+
+def cgroup_conf(layout: Layout) -> str:
+    """``cgroup.conf``: cgroup v1 at the default mount point, which in each node's mount namespace holds only that
+    node's own freezer cgroup (read only when ``proctrack`` is ``cgroup``)."""
+    return ("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\n"
+            "ConstrainCores=no\nConstrainRAMSpace=no\nConstrainDevices=no\n")
 
 
 def slurmdbd_conf(layout: Layout) -> str:
