@@ -197,13 +197,13 @@ def test_attempts_are_recorded_and_a_silent_death_is_named(tmp_path: Path, index
     assert attempts[0]["outcome"] == KILLED
     end_attempt(folder, "failed", "rank 1 failed with exit code -9\nmore")
     [first, second] = load_attempts(folder)
-    assert (first["attempt"], first["from"]) == (1, "the start")
+    assert (first["attempt"], first["from"], first["to"]) == (1, "the start", "epoch 1 step 0")  # its checkpoint
     assert (second["attempt"], second["from"], second["to"], second["outcome"]) == (2, "epoch 1 step 0", "epoch 1 step 0",
                                                                                       "failed")
     assert second["error"] == "rank 1 failed with exit code -9"
     host = first["host"]
     assert describe_attempts([first, second]) == [
-        f"attempt 1 ({host}): the start -> ?: {KILLED}",
+        f"attempt 1 ({host}): the start -> epoch 1 step 0: {KILLED}",
         f"attempt 2 ({host}): epoch 1 step 0 -> epoch 1 step 0: failed (rank 1 failed with exit code -9)"]
 
 

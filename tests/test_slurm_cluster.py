@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
 CLUSTER_EXPERIMENT = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 4, "nodes": 2, "model": "mlp",
                       "hidden_units": 64, "epochs": 3, "batch_size": 32, "learning_rate": 0.01, "momentum": 0.9,
                       "warmup_epochs": 1, "seed": 1234}
+# the runs stopped by the time limit or by SIGTERM train this many epochs (longer than one 1-minute job can)
+LONG_EPOCHS = 15
 
 
 @pytest.fixture(scope="session")
@@ -174,14 +176,12 @@ def _start_and_wait_for(pipeline: Pipeline, line: str, *args: str) -> tuple[subp
     return running, pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
 
 
-@pytest.fixture(params=["linuxproc", "cgroup"])
-def signal_bed(request: pytest.FixtureRequest, cluster: Any) -> Iterator[Any]:
-    """The test bed as it runs (proctrack/linuxproc: a signal reaches every process of a task), then switched to
-    proctrack/cgroup (a freezer cgroup per step; a signal reaches only each task's top process, as on most production
-    clusters) for one test and back after it."""
-    if request.param == "linuxproc":
-        yield cluster
-        return
+@pytest.fixture
+def cgroup_bed(cluster: Any) -> Iterator[Any]:
+    """The test bed switched to proctrack/cgroup (a freezer cgroup per step; a signal other than SIGKILL reaches only
+    each task's top process, as on most production clusters) for one test, and back to linuxproc after it.
+
+    The signal path under linuxproc (every process of a task signalled) is the SIGTERM test's."""
     switched = dataclasses.replace(cluster, proctrack="cgroup")
     testbed.stop(cluster)
     try:
@@ -194,10 +194,10 @@ def signal_bed(request: pytest.FixtureRequest, cluster: Any) -> Iterator[Any]:
 
 
 def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_same_weights(
-        signal_bed: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        cgroup_bed: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
         local_runs: Callable[..., Pipeline]) -> None:
     config = hpc_user.run(["scontrol", "show", "config"], check=True).stdout
-    assert f"proctrack/{signal_bed.proctrack}" in config
+    assert "proctrack/cgroup" in config
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
     # as soon as the trainer runs: a stop signal is kept from then on, and acted on after the first step
     running, job = _start_and_wait_for(pipeline, "hvdflow: starting from scratch")
@@ -225,10 +225,10 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
     folder = pipeline.root / "results/cluster/checkpoints"
     assert manifest["finished"] and all((folder / f).exists() for c in manifest["checkpoints"] for f in c["files"])
     # the rank task, the top process of its Slurm task, passed the signal on to the trainer in the container: under
-    # proctrack/cgroup nothing else would have reached it
+    # proctrack/cgroup nothing else reaches it
     rank_log = (pipeline.root / "logs/train/cluster/rank-2.log").read_text()
     assert "forwarding SIGUSR1 to the rank" in rank_log and "on signal SIGUSR1" in rank_log, rank_log[-3000:]
-    assert not node_scratch_leftovers(signal_bed)
+    assert not node_scratch_leftovers(cgroup_bed)
     assert pipeline.processes() == []
 
 
@@ -237,18 +237,44 @@ def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_ru
         local_runs: Callable[..., Pipeline]) -> None:
     # a time limit without warning, or a preemption: SIGTERM to every process of the job (the batch shell, the inner
     # Snakemake and srun too), which srun follows with SIGKILL to the step KillWait + 2 s (7 s here) later. Sent
-    # after the first epoch (6 in all), so that training is under way and ends after the kill would come.
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, epochs=6)
-    running, job = _start_and_wait_for(pipeline, "hvdflow: epoch 1/6", "--retries", "1")
+    # after the first epoch (of 15), so that training is under way and ends after the kill would come.
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, epochs=LONG_EPOCHS)
+    running, job = _start_and_wait_for(pipeline, f"hvdflow: epoch 1/{LONG_EPOCHS}", "--retries", "1")
     hpc_user.run(["scancel", "--full", "--signal=TERM", job], check=True)
     proc = Pipeline.finish(running)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
     record = pipeline.json("results/cluster/run.json")
-    assert record["weights_sha256"] == local_runs("gloo", 6).json("results/cluster/run.json")["weights_sha256"]
+    assert record["weights_sha256"] == local_runs("gloo", LONG_EPOCHS).json("results/cluster/run.json")["weights_sha256"]
     first, second = record["attempts"]
     assert first["outcome"] in ("stopped on a signal after a checkpoint", KILLED), first
     assert second["outcome"] == "completed" and second["from"] != "the start"
     assert "on signal SIGTERM; exiting with status 75" in (pipeline.root / "logs/train/cluster/rank-0.log").read_text()
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
+
+
+def test_a_time_limit_shorter_than_the_run_checkpoints_and_requeues_until_done(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        local_runs: Callable[..., Pipeline]) -> None:
+    # a 1-minute limit (Slurm's shortest), warned 20 s before it; slurmctld checks limits every 30 s, so the warning
+    # comes 20-50 s before the limit, and each job trains for a part of its minute. --retries for a warning lost in
+    # a job's first seconds (then the time limit's SIGTERM stops the run, and the job ends as TIMEOUT)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, epochs=LONG_EPOCHS)
+    profile = pipeline.root / "profiles/testbed/hvdflow.yaml"
+    profile.write_text(profile.read_text().replace("signal_grace_seconds: 60", "signal_grace_seconds: 20"))
+    proc = pipeline.snakemake("results/cluster/run.json", "--verbose", "--set-resources", "train:runtime=1",
+                              "--retries", "2", profile="testbed")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    [sbatch] = [line for line in output.splitlines() if "sbatch call: sbatch" in line and "rule_train" in line]
+    assert {"-t", "1", "--signal=USR1@20", "--requeue"} <= set(sbatch.split()), sbatch
+    record = pipeline.json("results/cluster/run.json")
+    assert record["weights_sha256"] == local_runs("gloo", LONG_EPOCHS).json("results/cluster/run.json")["weights_sha256"]
+    attempts = record["attempts"]
+    assert len(attempts) >= 2 and attempts[-1]["outcome"] == "completed", attempts
+    assert "stopped on a signal after a checkpoint" in [a["outcome"] for a in attempts[:-1]], attempts
+    for before, after in zip(attempts, attempts[1:]):  # every attempt goes on from where the one before ended
+        assert after["from"] == before["to"], attempts
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes() == []
 

@@ -11,6 +11,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,7 +248,7 @@ class ProgressFollower:
         self.offset = source.stat().st_size if source.exists() else 0
 
     def __call__(self) -> None:
-        """Copy the complete progress lines written since the last call (to stdout where there is no sink)."""
+        """Copy the complete progress lines written since the last call (to stderr where there is no sink)."""
         try:
             with open(self.source, "rb") as handle:
                 handle.seek(self.offset)
@@ -262,9 +263,10 @@ class ProgressFollower:
 
 
 def note(sink: Optional[Path], line: str) -> None:
-    """Append one line to ``sink`` (the rule's log), or print it where there is none."""
+    """Append one line to ``sink`` (the rule's log), or print it to stderr where there is none (a command's stdout
+    is its result, e.g. ``hvdflow smoke``'s JSON summary)."""
     if sink is None:
-        print(line, flush=True)
+        print(line, file=sys.stderr, flush=True)
         return
     with open(sink, "a") as handle:
         handle.write(line + "\n")

@@ -119,12 +119,13 @@ def current_position(folder: Path) -> str:
 
 
 def begin_attempt(folder: Path, plan: ResumePlan) -> list[dict[str, Any]]:
-    """Record a new attempt as running (marking a previous one still running as killed); all attempts so far."""
+    """Record a new attempt as running (marking a previous one still running as killed, where the newest checkpoint
+    left it); all attempts so far."""
     folder.mkdir(parents=True, exist_ok=True)
     attempts = load_attempts(folder)
     for attempt in attempts:
         if attempt["outcome"] == "running":
-            attempt["outcome"] = KILLED
+            attempt.update({"outcome": KILLED, "to": current_position(folder)})
     job = os.environ.get("SLURM_JOB_ID")
     attempts.append({"attempt": len(attempts) + 1, "slurm_job_id": job,
                      "slurm_restart_count": restart_count(job) if job else None,
