@@ -19,12 +19,18 @@ PNG = b"\x89PNG\r\n\x1a\n"
 class Pipeline:
     """A user-owned copy of the tree where the user runs Snakemake."""
 
-    def __init__(self, user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    def __init__(self, user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline | None = None) -> None:
+        """A fresh tree; with ``prepared``, that tree's ``resources/`` (image records, prepared datasets) and
+        Snakemake's records of them come along, so that only the rules after the preparation run here (shared set-up
+        for the tests of training; the preparation has tests of its own)."""
         self.user, self.registry, self.udocker_dir = user, registry, udocker_dir
         self.root = user.home / "hvdflow-tests" / f"pipeline-{uuid.uuid4().hex[:8]}"
         self.root.mkdir(parents=True)
         for part in TREE:
             shutil.copytree(user.workspace / part, self.root / part)
+        if prepared is not None:
+            shutil.copytree(prepared.root / "resources", self.root / "resources")
+            shutil.copytree(prepared.root / ".snakemake" / "metadata", self.root / ".snakemake" / "metadata")
         if (REPO / ".git").is_dir():
             shutil.copytree(REPO / ".git", self.root / ".git")  # so the run record names the commit
             shutil.copy2(REPO / ".gitignore", self.root / ".gitignore")  # and git sees the checkout's ignore rules
@@ -32,13 +38,16 @@ class Pipeline:
 
     def start_snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
                         ) -> subprocess.Popen[str]:
-        """Start ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree, its output piped."""
+        """Start ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree, its output piped.
+
+        It runs in a process group of its own, as a terminal's foreground job does, so a test can send it Ctrl-C.
+        """
         env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
         return subprocess.Popen(["runuser", "-u", self.user.name, "--", "env", "-i",
                                  *[f"{k}={v}" for k, v in self.user.env(env).items()],
                                  str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args],
                                 cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
 
     @staticmethod
     def finish(proc: subprocess.Popen[str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -124,9 +127,9 @@ def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser
     assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
 
 
-def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(hpc_user: HpcUser, registry: Registry,
-                                                                         udocker_dir: Path) -> None:
-    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(demo: Pipeline, hpc_user: HpcUser,
+                                                                         registry: Registry, udocker_dir: Path) -> None:
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     proc = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2"})
     assert proc.returncode != 0
     output = proc.stdout + proc.stderr
@@ -139,7 +142,7 @@ def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(hpc_use
 
 def test_a_rank_killed_mid_epoch_is_retried_and_resumes_to_the_same_weights(demo: Pipeline, hpc_user: HpcUser,
                                                                             registry: Registry, udocker_dir: Path) -> None:
-    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     proc = pipeline.snakemake("--retries", "1", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:3.5:kill:once"})
     assert proc.returncode == 0, proc.stderr[-5000:]
     record = pipeline.json("results/demo/run.json")
@@ -157,7 +160,7 @@ def test_a_rank_killed_mid_epoch_is_retried_and_resumes_to_the_same_weights(demo
 
 def test_a_stop_signal_checkpoints_mid_epoch_and_the_next_call_resumes_past_a_corrupt_checkpoint(
         demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
-    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     stopped = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:4.4:signal:once"})
     assert stopped.returncode != 0
     assert "stopped on a signal after a checkpoint (exit status 75)" in stopped.stdout + stopped.stderr
@@ -186,9 +189,39 @@ def test_a_stop_signal_checkpoints_mid_epoch_and_the_next_call_resumes_past_a_co
     assert pipeline.processes() == []
 
 
+def test_ctrl_c_checkpoints_the_ranks_and_the_next_call_resumes_to_the_same_weights(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
+    running = pipeline.start_snakemake()
+    log = pipeline.root / "logs/train/demo.log"
+    deadline = time.monotonic() + 900
+    while "hvdflow: epoch 2/10" not in (log.read_text() if log.exists() else ""):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-5000:]
+        time.sleep(0.1)
+    os.killpg(running.pid, signal.SIGINT)  # Ctrl-C: the terminal signals its foreground process group
+    stopped = Pipeline.finish(running, timeout=300)
+    output = stopped.stdout + stopped.stderr
+    assert stopped.returncode != 0
+    assert "stopped on a signal after a checkpoint (exit status 75)" in output, output[-5000:]
+    for name in ("model.keras", "metrics.json", "run.json", "history.csv"):
+        assert not (pipeline.root / "results/demo" / name).exists(), name
+    assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the interrupted run"
+    manifest = pipeline.json("results/demo/checkpoints/manifest.json")
+    assert manifest["checkpoints"][-1]["reason"] == "signal SIGINT" and not manifest["finished"], manifest
+    assert "on signal SIGINT; exiting with status 75" in (pipeline.root / "logs/train/demo/rank-1.log").read_text()
+    resumed = pipeline.snakemake()
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    record = pipeline.json("results/demo/run.json")
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    first, second = record["attempts"]
+    assert (first["outcome"], first["from"]) == ("stopped on a signal after a checkpoint", "the start"), first
+    assert (second["outcome"], second["from"], second["to"]) == ("completed", first["to"], "epoch 10 step 0")
+    assert pipeline.processes() == []
+
+
 def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
                                                               udocker_dir: Path) -> None:
-    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     assert pipeline.snakemake("--until", "prepare_dataset").returncode == 0
     shard = pipeline.root / "resources/datasets/digits/chunk-1/train-00000.tfrecord"
     data = bytearray(shard.read_bytes())

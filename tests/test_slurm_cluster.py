@@ -37,9 +37,21 @@ def cluster() -> Iterator[Any]:
         testbed.stop(layout)
 
 
-def experiment_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, **changes: Any) -> Pipeline:
-    """A tree whose config trains only the cluster experiment (``changes`` applied to it)."""
-    pipeline = Pipeline(user, registry, udocker_dir)
+@pytest.fixture(scope="module")
+def prepared(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Pipeline:
+    """A tree with the image pulled and the digits prepared (on this machine), which the trees of the tests of
+    training start from: shared set-up. The Slurm path of the preparation is the cluster runs' (``cluster_run``)."""
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake("--until", "prepare_dataset")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return pipeline
+
+
+def experiment_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline | None = None,
+                        **changes: Any) -> Pipeline:
+    """A tree whose config trains only the cluster experiment (``changes`` applied to it), started from the
+    ``prepared`` tree's image record and dataset when given."""
+    pipeline = Pipeline(user, registry, udocker_dir, prepared)
     config_file = pipeline.root / "config" / "config.yaml"
     config = yaml.safe_load(config_file.read_text())
     config["experiments"] = {"cluster": {**CLUSTER_EXPERIMENT, **changes}}
@@ -53,14 +65,14 @@ def node_scratch_leftovers(layout: Any) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Callable[..., Pipeline]:
+def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> Callable[..., Pipeline]:
     """The cluster experiment with 4 ranks on this machine (local profile, one node), per launcher and epochs, run
     once each: the uninterrupted runs the cluster runs are compared with."""
     runs: dict[tuple[str, int], Pipeline] = {}
 
     def run(launcher: str, epochs: int = CLUSTER_EXPERIMENT["epochs"]) -> Pipeline:
         if (launcher, epochs) not in runs:
-            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, nodes=1, epochs=epochs)
+            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, nodes=1, epochs=epochs)
             proc = pipeline.snakemake("results/cluster/run.json", extra_env={"HVDFLOW_LAUNCHER": launcher})
             assert proc.returncode == 0, proc.stderr[-5000:]
             runs[launcher, epochs] = pipeline
@@ -127,9 +139,9 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
 
 
 def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
-        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
     # 5 ranks on 2 nodes of 4 CPUs: without a per-node maximum Slurm packs 4 + 1, and rank 3 has no GPU of its own
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, ranks=5, epochs=1)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, ranks=5, epochs=1)
     proc = pipeline.snakemake("results/cluster/run.json", profile="testbed")
     assert proc.returncode == 0, proc.stderr[-8000:]
     record = pipeline.json("results/cluster/run.json")
@@ -142,9 +154,9 @@ def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
 
 
 def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(
-        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
         local_runs: Callable[..., Pipeline]) -> None:
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
     proc = pipeline.snakemake("results/cluster/run.json", "--retries", "1", profile="testbed",
                               extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "3:2.3:kill:once"})
     output = proc.stdout + proc.stderr
@@ -192,11 +204,11 @@ def cgroup_bed(cluster: Any) -> Iterator[Any]:
 
 
 def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_same_weights(
-        cgroup_bed: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        cgroup_bed: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
         local_runs: Callable[..., Pipeline]) -> None:
     config = hpc_user.run(["scontrol", "show", "config"], check=True).stdout
     assert "proctrack/cgroup" in config
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
     # as soon as the trainer runs: a stop signal is kept from then on, and acted on after the first step
     running, job = _start_and_wait_for(pipeline, "hvdflow: starting from scratch")
     hpc_user.run(["scancel", "--signal=USR1", job], check=True)  # as Slurm does --signal=USR1@grace before the limit
@@ -233,12 +245,12 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
 
 
 def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_run_resumes(
-        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
         local_runs: Callable[..., Pipeline]) -> None:
     # a time limit without warning, or a preemption: SIGTERM to every process of the job (the batch shell, the inner
     # Snakemake and srun too), which srun follows with SIGKILL to the step KillWait + 2 s (7 s here) later. Sent
     # after the first epoch (6 in all), so that training is under way and ends after the kill would come.
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, epochs=6)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, epochs=6)
     running, job = _start_and_wait_for(pipeline, "hvdflow: epoch 1/6", "--retries", "1")
     hpc_user.run(["scancel", "--full", "--signal=TERM", job], check=True)
     proc = Pipeline.finish(running)
@@ -253,9 +265,50 @@ def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_ru
     assert pipeline.processes() == []
 
 
+TIME_LIMIT_EPOCHS = 60
+"""Epochs of the time-limit test: about 85 s of training for 4 ranks on the test bed (the first epoch 13 s, the
+others 1.2 s), more than one run of a 2-minute job leaves for training between its start-up and the warning."""
+
+
+def test_a_time_limit_shorter_than_the_run_warns_checkpoints_and_requeues_until_done_to_the_same_weights(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+        local_runs: Callable[..., Pipeline]) -> None:
+    # Slurm's own time limit, not a signal sent by hand. Its shortest is one minute, and slurmctld checks limits and
+    # sends --signal's warning only every 30 s: a job warned `grace` seconds before its limit gets USR1 between
+    # limit - grace - 30 s and limit - grace after its start. A 2-minute limit with USR1@45 warns each run of the job
+    # 45-75 s in; 4 ranks need about 20 s to their first step, so each run trains for 25-55 s.
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, epochs=TIME_LIMIT_EPOCHS)
+    settings_file = pipeline.root / "profiles/testbed/hvdflow.yaml"
+    settings_file.write_text(settings_file.read_text().replace("signal_grace_seconds: 60", "signal_grace_seconds: 45"))
+    proc = pipeline.snakemake("results/cluster/run.json", "--set-resources", "train:runtime=2", "--retries", "2",
+                              profile="testbed")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    job = record["attempts"][0]["slurm_job_id"]
+    shown = hpc_user.run(["scontrol", "show", "job", "--oneliner", job], check=True).stdout
+    assert "TimeLimit=00:02:00" in shown, shown
+    expected = local_runs("gloo", TIME_LIMIT_EPOCHS).json("results/cluster/run.json")["weights_sha256"]
+    assert record["weights_sha256"] == expected
+    *stopped, last = record["attempts"]
+    assert stopped, f"the run ended within one run of the job: {record['attempts']}"
+    assert last["outcome"] == "completed", record["attempts"]
+    for before, after in zip(record["attempts"], record["attempts"][1:]):
+        assert before["outcome"] == "stopped on a signal after a checkpoint", record["attempts"]
+        assert after["from"] == before["to"] != "the start", record["attempts"]
+        # requeued by hvdflow: the same job, one restart more (a job Slurm itself ended would be retried as a new one)
+        assert after["slurm_job_id"] == before["slurm_job_id"], record["attempts"]
+        assert after["slurm_restart_count"] == before["slurm_restart_count"] + 1, record["attempts"]
+    rank0 = (pipeline.root / "logs/train/cluster/rank-0.log").read_text()
+    assert rank0.count("on signal SIGUSR1; exiting with status 75") == len(stopped), rank0[-3000:]
+    assert output.count("rule train:") == 1, output[-8000:]  # one job for Snakemake, however often Slurm restarted it
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
+
+
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,
-                                                             udocker_dir: Path) -> None:
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+                                                             udocker_dir: Path, prepared: Pipeline) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
     proc = pipeline.snakemake("results/cluster/run.json", "--set-resources", "train:slurm_partition=gpu-nope",
                               profile="testbed")
     assert proc.returncode != 0
@@ -263,8 +316,8 @@ def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_u
 
 
 def test_scratch_that_is_not_writable_is_named(cluster: Any, hpc_user: HpcUser, registry: Registry,
-                                               udocker_dir: Path) -> None:
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+                                               udocker_dir: Path, prepared: Pipeline) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
     profile = pipeline.root / "profiles" / "testbed" / "hvdflow.yaml"
     profile.write_text(profile.read_text().replace("scratch_dir: /var/lib/hvdflow-testbed/scratch",
                                                    "scratch_dir: /var/lib/hvdflow-testbed/etc"))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from hvdflow.errors import LaunchError
-from hvdflow.launch.supervise import group_members, start, stop, supervise
+from hvdflow.errors import LaunchError, RunStopped
+from hvdflow.launch.supervise import group_members, start, stop, supervise, watch_interrupts
 
 # a leader that exits on SIGTERM and a child that ignores it, like `udocker run` and Debian's proot
 STUBBORN_CHILD = """
@@ -59,3 +62,49 @@ def test_the_rank_killed_by_a_signal_is_named_before_a_peer_that_exited_1_after_
     with pytest.raises(LaunchError, match=r"rank 1 failed with exit code -9"):
         supervise([peer, killed])
     assert group_members(peer.proc.pid) == [] and group_members(killed.proc.pid) == []
+
+
+# a rank as the trainer behaves: its stop signals ignored by its launcher, it installs its own handlers, then on
+# SIGINT it "checkpoints" and exits with the stopped status
+RANK_STOPPING_ON_SIGINT = """
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: (print("got SIGINT", flush=True), sys.exit(75)))
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_ctrl_c_in_the_main_thread_reaches_ranks_supervised_in_another_thread(tmp_path: Path) -> None:
+    # Snakemake runs a rule body in a worker thread and waits for it after a Ctrl-C; the ranks, in sessions of their
+    # own, never see the terminal's signal: supervise passes it on, so they checkpoint and stop
+    before = signal.signal(signal.SIGINT, lambda *_: None)  # stands in for Snakemake's KeyboardInterrupt
+    try:
+        watch_interrupts()
+        ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_STOPPING_ON_SIGINT], tmp_path / f"rank-{r}.log", {},
+                       rank=True) for r in range(2)]
+        helper = start("rendezvous server", [sys.executable, "-c", "import time; time.sleep(300)"],
+                       tmp_path / "server.log", {})
+        outcome: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                supervise(ranks, timeout=120)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=body)
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not all("ready" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2)):
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+        worker.join(60)
+        assert not worker.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], RunStopped), outcome
+        assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
+        assert all(group_members(r.proc.pid) == [] for r in ranks)
+        assert helper.proc.poll() is None, "a process that is no rank got the rank's stop signal"
+        stop([helper])
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -100,7 +100,9 @@ class InjectedFailure:
                 handle.write(where + "\n")
         print("rank %d: failing on purpose (%s) %s" % (rank, self.how, where), flush=True)
         if self.how == "signal":
-            os.kill(os.getpid(), signal.SIGUSR1)
+            # raise(), not kill(): delivered to this (the main) thread before it returns, so the flag is set before
+            # this step's agreement. kill() may hand it to one of TensorFlow's threads, and the stop comes a step later
+            signal.raise_signal(signal.SIGUSR1)
             return
         if self.how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ class Supervised:
     label: str
     log: Path
     proc: subprocess.Popen[bytes]
+    rank: bool = False
+    """A training rank: it checkpoints and stops on :data:`STOP_SIGNALS` (the processes above it ignore them)."""
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -51,6 +54,37 @@ def ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+class _Interrupts:
+    """How many times this process got SIGINT (Ctrl-C), counted by :func:`watch_interrupts` in the main thread."""
+
+    count = 0
+
+
+def watch_interrupts() -> None:
+    """Count Ctrl-C (SIGINT) for :func:`supervise`, then let the handler that was there act as before.
+
+    Snakemake runs a rule body in a worker thread, where Python delivers no signal, and after a Ctrl-C it waits for
+    the body to end; the ranks run in sessions of their own, out of the terminal's reach. So without this a Ctrl-C
+    would wait for the whole training. Called in the main thread (the rules call it while Snakemake parses them),
+    the handler lets :func:`supervise`, in whatever thread, pass each Ctrl-C on to the ranks, which checkpoint and
+    stop. Where SIGINT is ignored (a job started in the background) it stays ignored.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous in (signal.SIG_IGN, None) or getattr(
+            previous, "hvdflow_watch", False):
+        return
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        _Interrupts.count += 1
+        if callable(previous):
+            previous(signum, frame)
+        else:  # SIG_DFL: end as the default action would, with Python's exception
+            raise KeyboardInterrupt
+
+    on_interrupt.hvdflow_watch = True  # type: ignore[attr-defined]
+    signal.signal(signal.SIGINT, on_interrupt)
+
+
 def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False) -> Supervised:
     """Start ``argv`` in a new session with its output in ``log``; a ``rank`` with :func:`ignore_stop_signals`."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +93,7 @@ def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], ra
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=dict(env), start_new_session=True, preexec_fn=ignore_stop_signals if rank else None)
-    return Supervised(label, log, proc)
+    return Supervised(label, log, proc, rank)
 
 
 def stop(processes: Sequence[Supervised]) -> None:
@@ -164,9 +198,11 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
 
     No ``timeout`` means no limit of hvdflow's own (a Slurm job's limit is Slurm's to enforce). Processes that exit
     with :data:`STOPPED_EXIT` stopped on a signal after a checkpoint: when all of them did, RunStopped. ``follow``
-    is called on every poll (to copy progress into the rule's log).
+    is called on every poll (to copy progress into the rule's log). Each Ctrl-C this process gets (see
+    :func:`watch_interrupts`) goes on to the ranks' process groups as SIGINT: they checkpoint and stop together.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
+    interrupts = _Interrupts.count
     pending = list(processes)
     stopped: list[Supervised] = []
     finished: list[Supervised] = []
@@ -186,6 +222,11 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
                     pending.remove(p)
             if follow is not None:
                 follow()
+            if _Interrupts.count > interrupts:
+                interrupts = _Interrupts.count
+                for p in pending:
+                    if p.rank:
+                        _signal_group(p.proc, signal.SIGINT)
             if pending and deadline is not None and time.monotonic() > deadline:
                 names = ", ".join(p.label for p in pending)
                 what = "after the others stopped on a signal" if stopped else f"after {timeout:.0f} s"
