@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.supervise import note
+from hvdflow_runstate import STOPPED_EXIT
 
 
 def restart_count(job: str) -> int:
@@ -38,7 +40,8 @@ def restart_count(job: str) -> int:
 
 
 def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoReturn:
-    """Requeue the current Slurm job and wait for Slurm to end it; RunStopped saying why if that cannot happen.
+    """Requeue the current Slurm job and end this process (the rule's Snakemake) with the stopped exit status;
+    RunStopped saying why if Slurm does not requeue it.
 
     What happens is noted in ``log`` (the rule's log, which the requeued job appends to).
     """
@@ -54,8 +57,12 @@ def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoRet
         raise RunStopped(f"{stopped}\nSlurm did not requeue job {job} ({refusal}); the rule fails, and its retries "
                          "resume the run in a new job") from None
     note(log, f"hvdflow: {stopped}\nhvdflow: job {job} requeued; Slurm ends it now and restarts it to resume")
-    # fail at once: this run of the job is over. Waiting for Slurm's kill is no option: with proctrack/linuxproc the
-    # process running the rule can outlive the job's end (its parent exits first), and a late failure would make its
-    # Snakemake remove the outputs the restarted job has written by then.
-    raise RunStopped(f"{stopped}\njob {job} requeued: Slurm ends this run of it and starts it again (same job id), "
-                     "which resumes from the checkpoint") from None
+    # End this process at once, not by raising into Snakemake: this run of the job is over, and a Snakemake that
+    # lingers is harmful. With proctrack/linuxproc the process running the rule can outlive the job's end (its parent
+    # exits first): a late failure there would remove the outputs the restarted job has written by then, and after
+    # Slurm's SIGTERM (Snakemake's handler takes its scheduler's lock) such a process was seen on the test bed waiting
+    # forever on a lock in its main thread, long after its job was requeued. The rule's and the job's logs say why.
+    print(f"hvdflow: {stopped}\njob {job} requeued: Slurm ends this run of it and starts it again (same job id), "
+          "which resumes from the checkpoint", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(STOPPED_EXIT)
