@@ -16,7 +16,7 @@ import pytest
 from hvdflow.errors import LaunchError
 from hvdflow.launch.rank_env import placements
 from hvdflow.slurm.env import expand_tasks_per_node, gpu_for_rank, local_size_of, slurm_placement
-from hvdflow.slurm.launch import first_failed_rank, srun_failed_task
+from hvdflow.slurm.launch import first_failed_rank, srun_failed_task, stopped_after_checkpoint
 from hvdflow.slurm.rank_task import exit_reason
 from hvdflow.slurm.staging import read_reports
 
@@ -107,6 +107,17 @@ def test_without_a_clear_cause_the_earliest_failure_is_named(tmp_path: Path) -> 
     _failure(tmp_path, 0, 5.0, "Traceback: OSError")
     assert first_failed_rank(tmp_path)["rank"] == 0  # type: ignore[index]
     assert first_failed_rank(tmp_path / "none") is None
+
+
+def test_a_stop_is_read_from_this_attempts_part_of_rank_0s_log(tmp_path: Path) -> None:
+    # srun SIGKILLs ranks still exiting KillWait + 2 s after a SIGTERM: rank 0's own line says the checkpoint is whole
+    log = tmp_path / "rank-0.log"
+    assert not stopped_after_checkpoint(log)
+    stop = "hvdflow: stopped at epoch 1 step 1 on signal SIGTERM; exiting with status 75 to be resumed\n"
+    log.write_text("# hvdflow rank task, job 80 (restart 0)\n# hvdflow rank task: forwarding SIGTERM to the rank\n" + stop)
+    assert stopped_after_checkpoint(log)
+    log.write_text(log.read_text() + "# hvdflow rank task, job 81 (restart 0)\nhvdflow: epoch 2/6\n")  # a later attempt
+    assert not stopped_after_checkpoint(log)
 
 
 def test_exit_reasons_of_a_rank(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tai
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import read_reports
+from hvdflow_runstate import STOPPED_EXIT
 
 CLEANUP_TIMEOUT = 300.0
 
@@ -103,6 +104,17 @@ def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
     return failures[0] if failures else None
 
 
+def stopped_after_checkpoint(rank0_log: Path) -> bool:
+    """Whether rank 0 says, in this attempt's part of its log, that the ranks stopped after its checkpoint.
+
+    The trainer prints that line only once every rank has met rank 0 after the save, so the run is resumable even if
+    srun then SIGKILLs ranks still exiting (it does so ``KillWait`` + 2 s after a SIGTERM to the step): such a rank
+    task leaves neither a stopped nor a failed record.
+    """
+    this_attempt = rank0_log.read_text(errors="replace").rsplit(RANK_TASK_HEADER, 1)[-1] if rank0_log.exists() else ""
+    return f"; exiting with status {STOPPED_EXIT} to be resumed" in this_attempt
+
+
 def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
     """Re-raise a failed step as the first failed rank's error, with its log, if a rank task recorded one."""
     failed = first_failed_rank(logs)
@@ -124,7 +136,7 @@ def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], t
         raise
     except LaunchError as exc:
         stopped = sorted(logs.glob("rank-*.stopped.json"))
-        if stopped and first_failed_rank(logs) is None:
+        if (stopped or stopped_after_checkpoint(logs / "rank-0.log")) and first_failed_rank(logs) is None:
             raise RunStopped(f"{label}: {len(stopped)} rank(s) stopped on a signal after a checkpoint; starting the "
                              f"job again resumes the run. Log: {logs / 'rank-0.log'}") from None
         _raise_for_rank(label, logs, exc)
