@@ -13,7 +13,7 @@ from hvdflow.images.catalog import load_catalog  # noqa: E402
 from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
-from hvdflow.launch.supervise import watch_interrupts  # noqa: E402
+from hvdflow.launch import supervise  # noqa: E402
 from hvdflow.slurm.layout import (  # noqa: E402
     check_layout,
     gres,
@@ -22,8 +22,8 @@ from hvdflow.slurm.layout import (  # noqa: E402
 
 validate(config, "../schemas/config.schema.yaml", set_default=True)
 
-# Ctrl-C reaches the rule bodies' ranks (Snakemake runs the bodies in threads): they checkpoint and stop
-watch_interrupts()
+# Ctrl-C reaches the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they checkpoint
+supervise.watch_interrupts()
 
 if "hvdflow_profile" not in config:
     # no --profile: the embedded default's settings (this machine, no scheduler); Snakemake itself needs --cores
