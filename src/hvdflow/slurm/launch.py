@@ -88,6 +88,11 @@ def srun_failed_task(srun_log: Path) -> Optional[tuple[int, str, str]]:
     return int(re.split(r"[-,]", match.group(2))[0]), match.group(1), match.group(3)
 
 
+def this_attempt(rank_log: Path) -> str:
+    """The part of a rank log (appended to by every attempt) after the rank task's last header line."""
+    return rank_log.read_text(errors="replace").rsplit(RANK_TASK_HEADER, 1)[-1] if rank_log.exists() else ""
+
+
 def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
     """The rank that failed first and on its own, from the ``rank-<r>.failed.json`` the rank tasks leave.
 
@@ -97,9 +102,7 @@ def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
     failures = [json.loads(p.read_text()) for p in logs.glob("rank-*.failed.json")]
     for failure in failures:
         rank_log = logs / f"rank-{failure['rank']}.log"
-        # the rank log is appended to by every attempt: only this attempt's part, after the rank task's last header
-        this_attempt = rank_log.read_text(errors="replace").rsplit(RANK_TASK_HEADER, 1)[-1] if rank_log.exists() else ""
-        failure["collateral"] = HOROVOD_SHUTDOWN in this_attempt
+        failure["collateral"] = HOROVOD_SHUTDOWN in this_attempt(rank_log)
     failures.sort(key=lambda f: (f["collateral"], f["unix"]))
     return failures[0] if failures else None
 
@@ -111,8 +114,7 @@ def stopped_after_checkpoint(rank0_log: Path) -> bool:
     srun then SIGKILLs ranks still exiting (it does so ``KillWait`` + 2 s after a SIGTERM to the step): such a rank
     task leaves neither a stopped nor a failed record.
     """
-    this_attempt = rank0_log.read_text(errors="replace").rsplit(RANK_TASK_HEADER, 1)[-1] if rank0_log.exists() else ""
-    return f"; exiting with status {STOPPED_EXIT} to be resumed" in this_attempt
+    return f"; exiting with status {STOPPED_EXIT} to be resumed" in this_attempt(rank0_log)
 
 
 def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
@@ -137,7 +139,7 @@ def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], t
     except LaunchError as exc:
         stopped = sorted(logs.glob("rank-*.stopped.json"))
         if (stopped or stopped_after_checkpoint(logs / "rank-0.log")) and first_failed_rank(logs) is None:
-            raise RunStopped(f"{label}: {len(stopped)} rank(s) stopped on a signal after a checkpoint; starting the "
+            raise RunStopped(f"{label}: the ranks stopped on a signal after a checkpoint; starting the "
                              f"job again resumes the run. Log: {logs / 'rank-0.log'}") from None
         _raise_for_rank(label, logs, exc)
         failed = srun_failed_task(log)
