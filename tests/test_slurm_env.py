@@ -18,7 +18,7 @@ from hvdflow.launch.rank_env import placements
 from hvdflow.slurm.env import expand_tasks_per_node, gpu_for_rank, local_size_of, slurm_placement
 from hvdflow.slurm.launch import first_failed_rank, srun_failed_task, stopped_after_checkpoint
 from hvdflow.slurm.rank_task import exit_reason
-from hvdflow.slurm.staging import read_reports
+from hvdflow.slurm.staging import read_reports, sweep_ended_jobs
 
 
 @pytest.mark.parametrize("value, counts", [("2", [2]), ("2(x2)", [2, 2]), ("2(x2),1", [2, 2, 1]),
@@ -126,6 +126,15 @@ def test_exit_reasons_of_a_rank(tmp_path: Path) -> None:
     assert exit_reason(0, result) == f"exited 0 without writing {result}"
     result.write_text("{}")
     assert exit_reason(0, result) is None
+
+
+def test_scratch_of_the_users_ended_jobs_is_swept_and_nothing_else(tmp_path: Path) -> None:
+    for name in ("hvdflow-job-7", "hvdflow-job-8", "hvdflow-job-9", "hvdflow-job-10", "other-data"):
+        (tmp_path / name / "dataset").mkdir(parents=True)
+    os.chown(tmp_path / "hvdflow-job-10", 65534, 65534)  # another user's job (the suite runs as root)
+    removed = sweep_ended_jobs(tmp_path, {"8", "11"})
+    assert removed == [tmp_path / "hvdflow-job-7", tmp_path / "hvdflow-job-9"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hvdflow-job-10", "hvdflow-job-8", "other-data"]
 
 
 def test_staging_reports_are_read_in_rank_order(tmp_path: Path) -> None:

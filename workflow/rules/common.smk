@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 from hvdflow.pipeline import steps  # noqa: E402
 from hvdflow.images.catalog import load_catalog  # noqa: E402
 from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
+from hvdflow.config.keyorder import key_sorted  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
 from hvdflow.launch import supervise  # noqa: E402
@@ -21,6 +22,9 @@ from hvdflow.slurm.layout import (  # noqa: E402
 )
 
 validate(config, "../schemas/config.schema.yaml", set_default=True)
+# the rules' params compare in order: the same settings listed in another order must not re-run a rule
+for _section in ("datasets", "experiments"):
+    config[_section] = key_sorted(config[_section])
 
 # Ctrl-C reaches the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they checkpoint
 supervise.watch_interrupts()

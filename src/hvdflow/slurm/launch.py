@@ -4,8 +4,9 @@ The Snakemake Slurm plugin submits the train rule as an MPI-style job (resources
 ``tasks``, ``mpi``, ``gres``: :mod:`hvdflow.slurm.layout`) and runs its body in the batch script on the first node.
 From there, in order:
 
-1. a staging step with the training layout: the first task of each node copies the prepared shards to the node's
-   scratch and verifies them, the node's other tasks wait (:mod:`hvdflow.slurm.staging`);
+1. a staging step with the training layout: the first task of each node removes what the user's ended jobs left on
+   the node's scratch (those ``squeue --me`` no longer lists), copies the prepared shards there and verifies them;
+   the node's other tasks wait (:mod:`hvdflow.slurm.staging`);
 2. Gloo: the rendezvous server starts here and its address goes to ``rendezvous.json`` in the run's log directory;
    the training step ``srun ... python -m hvdflow.slurm.rank_task`` starts one rank per task (:mod:`hvdflow.slurm.rank_task`).
    MPI: the host's ``mpirun`` starts the ranks through Slurm (its ``plm/slurm`` runs ``orted`` with srun); the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -33,7 +35,7 @@ from hvdflow.launch.runtime import Runtime, UdockerRuntime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
-from hvdflow.slurm.staging import read_reports
+from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_SWEEP, read_reports
 from hvdflow_runstate import STOPPED_EXIT
 
 CLEANUP_TIMEOUT = 300.0
@@ -72,6 +74,21 @@ def _job_id() -> str:
         raise LaunchError("the profile runs training through Slurm but this is not inside a Slurm job "
                           "(no $SLURM_JOB_ID): run with --profile profiles/<slurm cluster>, not a local profile")
     return job
+
+
+def _live_jobs(job_id: str) -> str:
+    """The user's jobs Slurm lists (running, requeued, pending), comma-separated, this one included; ``-`` if unknown."""
+    try:
+        proc = subprocess.run(["squeue", "--me", "--noheader", "--format=%A"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"hvdflow: warning: squeue failed ({exc}); node scratch left by ended jobs stays", file=sys.stderr)
+        return NO_SWEEP
+    if proc.returncode != 0:
+        print(f"hvdflow: warning: squeue failed ({proc.stderr.strip()}); node scratch left by ended jobs stays",
+              file=sys.stderr)
+        return NO_SWEEP
+    return ",".join(sorted({job_id, *proc.stdout.split()}))
 
 
 _SRUN_FAILED = re.compile(r"srun: error: (\S+): tasks? ([\d\-,]+): (Exited with exit code \d+|Killed|Terminated)")
@@ -176,14 +193,15 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob("rank-*.failed.json"), *logs.glob("rank-*.stopped.json")]:
         stale.unlink()
-    staged = cluster.scratch_dir / f"hvdflow-job-{job_id}" / "dataset"
+    staged = cluster.scratch_dir / f"{JOB_DIR_PREFIX}{job_id}" / "dataset"
     reports = logs / "staging"
     reports.mkdir(exist_ok=True)
     env = host_code_env(runtime.process_env())
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
     try:
         _run_step("staging", srun_argv(cluster, ranks, nodes, _python("hvdflow.slurm.staging", "stage",
-                                                                      str(job.dataset_dir), str(staged), str(reports))),
+                                                                      str(job.dataset_dir), str(staged), str(reports),
+                                                                      _live_jobs(job_id))),
                   logs / "staging.log", env, timeout, logs)
         inner = runtime.command(job.argv(staged), {}, [logs, job.out_dir, staged.parent], hostenv=True)
         task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,

@@ -1,10 +1,11 @@
 """Node-local staging of a prepared dataset inside a Slurm job: one task per node copies, the others wait.
 
-Run as a job step with the training step's layout (``python -m hvdflow.slurm.staging stage SOURCE DEST REPORT_DIR``): the
-task with local id 0 copies the shards and ``index.json`` to ``DEST`` on its node's scratch, checks every shard's
-sha256 against the index, and renames the copy into place; the node's other tasks wait for it. Every task writes
-what srun told it (node, tasks per node) to ``REPORT_DIR/task-<rank>.json``, which the MPI launch mode reads.
-``clean DEST`` (one task per node) removes the staged copy.
+Run as a job step with the training step's layout (``python -m hvdflow.slurm.staging stage SOURCE DEST REPORT_DIR
+LIVE_JOBS``): the task with local id 0 first removes what the user's ended jobs left on its node's scratch (a job that
+Slurm killed, or one that ended on a signal, cannot clean up after itself), then copies the shards and ``index.json``
+to ``DEST``, checks every shard's sha256 against the index, and renames the copy into place; the node's other tasks
+wait for it. Every task writes what srun told it (node, tasks per node) to ``REPORT_DIR/task-<rank>.json``, which the
+MPI launch mode reads. ``clean DEST`` (one task per node) removes the staged copy.
 """
 
 from __future__ import annotations
@@ -52,6 +53,30 @@ def stage(source: Path, dest: Path) -> int:
     return copied
 
 
+JOB_DIR_PREFIX = "hvdflow-job-"
+"""A job's directory on node-local scratch is ``<scratch>/hvdflow-job-<Slurm job id>``."""
+
+NO_SWEEP = "-"
+"""``LIVE_JOBS`` when the user's jobs could not be listed: nothing is swept then."""
+
+
+def sweep_ended_jobs(scratch: Path, live_jobs: set[str]) -> list[Path]:
+    """Remove this user's job directories on ``scratch`` whose job is not in ``live_jobs``; return those removed.
+
+    Another user's directories, and those of the user's running or requeued jobs (a requeued job keeps its id), stay.
+    """
+    removed = []
+    for folder in sorted(scratch.glob(JOB_DIR_PREFIX + "*")):
+        try:
+            mine = folder.lstat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and folder.name[len(JOB_DIR_PREFIX):] not in live_jobs:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def _copy(src: Path, dst: Path) -> int:
     try:
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -80,22 +105,34 @@ def read_reports(report_dir: Path) -> list[dict[str, object]]:
 
 
 def main(argv: list[str]) -> int:
-    """``stage SOURCE DEST REPORT_DIR`` or ``clean DEST``, as one task of a Slurm job step."""
+    """``stage SOURCE DEST REPORT_DIR LIVE_JOBS`` or ``clean DEST``, as one task of a Slurm job step.
+
+    ``LIVE_JOBS``: the user's jobs that Slurm lists, comma-separated (``-``: unknown, sweep nothing).
+    """
     env = os.environ
     try:
         if argv[0] == "clean":
             shutil.rmtree(Path(argv[1]), ignore_errors=True)
             shutil.rmtree(Path(argv[1] + ".partial"), ignore_errors=True)
             return 0
-        source, dest, reports = Path(argv[1]), Path(argv[2]), Path(argv[3])
+        source, dest, reports, live = Path(argv[1]), Path(argv[2]), Path(argv[3]), argv[4]
         started = time.monotonic()
-        copied = stage(source, dest) if env.get("SLURM_LOCALID") == "0" else None
-        if copied is None:
+        swept: list[Path] = []
+        if env.get("SLURM_LOCALID") == "0":
+            if live != NO_SWEEP:
+                swept = sweep_ended_jobs(dest.parent.parent, set(live.split(",")))
+            for folder in swept:
+                print(f"hvdflow staging: removed {folder} on {os.uname().nodename}, left by ended job "
+                      f"{folder.name[len(JOB_DIR_PREFIX):]}", file=sys.stderr)
+            copied: Optional[int] = stage(source, dest)
+        else:
+            copied = None
             wait_for_stage(dest)
         report = {key: env.get(key) for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
                                                 "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
                                                 "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS")}
-        report.update(hostname=os.uname().nodename, bytes_copied=copied, seconds=round(time.monotonic() - started, 3),
+        report.update(hostname=os.uname().nodename, bytes_copied=copied, swept=[str(p) for p in swept],
+                      seconds=round(time.monotonic() - started, 3),
                       hvdflow_source=str(code_location()))
         write_json_atomic(reports / f"task-{env.get('SLURM_PROCID')}.json", report)
         return 0
