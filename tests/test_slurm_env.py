@@ -116,6 +116,9 @@ def test_a_stop_is_read_from_this_attempts_part_of_rank_0s_log(tmp_path: Path) -
     stop = "hvdflow: stopped at epoch 1 step 1 on signal SIGTERM; exiting with status 75 to be resumed\n"
     log.write_text("# hvdflow rank task, job 80 (restart 0)\n# hvdflow rank task: forwarding SIGTERM to the rank\n" + stop)
     assert stopped_after_checkpoint(log)
+    # Slurm's SIGTERM at the limit, forwarded after the stop: still this attempt
+    log.write_text(log.read_text() + "# hvdflow rank task: forwarding SIGTERM to the rank\n")
+    assert stopped_after_checkpoint(log)
     log.write_text(log.read_text() + "# hvdflow rank task, job 81 (restart 0)\nhvdflow: epoch 2/6\n")  # a later attempt
     assert not stopped_after_checkpoint(log)
 

@@ -25,6 +25,9 @@ MANIFEST = "manifest.json"
 STOPPED_EXIT = 75
 """The status every rank exits with after the ranks agreed to stop on a signal and rank 0 saved a checkpoint
 (EX_TEMPFAIL: try again later, and the run resumes)."""
+STOPPED_LINE_END = "; exiting with status %d to be resumed" % STOPPED_EXIT
+"""How rank 0's last line ends once every rank met it after the checkpoint of a stop (``hvdflow: <why>`` before it):
+the host reads a stop from it even when Slurm killed ranks that were still exiting."""
 
 
 class CheckpointError(Exception):

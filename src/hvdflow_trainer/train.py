@@ -22,7 +22,7 @@ import time
 from typing import Dict, List, Optional
 
 from hvdflow_index import read_index, verified_shards, write_json
-from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 from hvdflow_runstate import position as describe
 
 from .input_plan import plan_input
@@ -378,7 +378,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         result = train(args, flag)
     except StopRequested as stop:
-        print("hvdflow: %s; exiting with status %d to be resumed" % (stop, STOPPED_EXIT), flush=True)
+        print("hvdflow: %s%s" % (stop, STOPPED_LINE_END), flush=True)
         sys.exit(STOPPED_EXIT)
     write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
 

@@ -36,7 +36,7 @@ from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tai
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_SWEEP, read_reports
-from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_runstate import STOPPED_LINE_END
 
 CLEANUP_TIMEOUT = 300.0
 
@@ -131,7 +131,7 @@ def stopped_after_checkpoint(rank0_log: Path) -> bool:
     srun then SIGKILLs ranks still exiting (it does so ``KillWait`` + 2 s after a SIGTERM to the step): such a rank
     task leaves neither a stopped nor a failed record.
     """
-    return f"; exiting with status {STOPPED_EXIT} to be resumed" in this_attempt(rank0_log)
+    return STOPPED_LINE_END in this_attempt(rank0_log)
 
 
 def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:

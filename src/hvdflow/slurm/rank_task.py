@@ -32,8 +32,9 @@ from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local
 from hvdflow_runstate import STOPPED_EXIT
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
-RANK_TASK_HEADER = "# hvdflow rank task"
-"""How each attempt's part of a rank log begins (the log is appended to by every attempt of a job)."""
+RANK_TASK_HEADER = "# hvdflow rank task, job "
+"""How each attempt's part of a rank log begins (the log is appended to by every attempt of a job); no other line of
+the rank task starts so (a signal forwarded after rank 0's stop line must not hide it)."""
 
 
 def nvidia_driver_version() -> str | None:
@@ -122,7 +123,7 @@ def main(argv: list[str]) -> int:
     logs = Path(task["logs"])
     with open(logs / f"rank-{rank}.log", "ab") as log:  # appended: a requeued or retried job keeps every attempt's
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-        log.write((f"{RANK_TASK_HEADER}, job {os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
+        log.write((f"{RANK_TASK_HEADER}{os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n" + "".join(f"# {note}\n" for note in notes)
                    + f"$ {' '.join(task['argv'])}\n").encode())
         log.flush()
