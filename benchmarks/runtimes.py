@@ -1,12 +1,13 @@
-"""Benchmark: training time per epoch in udocker against the native runtime, measured side by side in one run.
+"""Benchmark: training time per epoch in udocker, with either proot, against the native runtime, side by side in one run.
 
 Run as the ordinary user in a pipeline working directory after the demo (the image pulled, the digits prepared):
 
     PYTHONPATH=src python benchmarks/runtimes.py --reps 3 --epochs 6
 
-Both runtimes train the same experiment with the same Gloo launcher, interleaved rep by rep so machine noise hits
-both alike. Prints every run, then medians and the udocker/native ratios. Figures, not assertions: the machines are
-shared and noisy.
+Three runs train the same experiment with the same Gloo launcher: udocker with the image's seccomp-accelerated proot
+(``image-proot``), udocker with the host's Debian proot (``host-proot``), and the native venv; interleaved rep by rep
+so machine noise hits all alike. Prints every run, then medians and each udocker/native ratio. Figures, not
+assertions: the machines are shared and noisy.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import argparse
 import statistics
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
+from hvdflow.images.catalog import PROOT_ENGINES
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
 from hvdflow.pipeline.steps import runtime_for
@@ -39,9 +41,12 @@ def main() -> None:
     args = parser.parse_args()
     spec = TrainSpec(ranks=args.ranks, model="mlp", hidden_units=64, epochs=args.epochs, batch_size=32,
                      learning_rate=0.01, momentum=0.9, warmup_epochs=1, seed=1234)
-    runtimes = {load_profile(p).runtime: runtime_for(load_profile(p), args.image_record, args.catalog) for p in args.profiles}
+    udocker, native = (load_profile(p) for p in args.profiles)
+    runtimes = {f"{engine}-proot": runtime_for(replace(udocker, proot=engine), args.image_record, args.catalog)
+                for engine in PROOT_ENGINES}
+    runtimes["native"] = runtime_for(native, args.image_record, args.catalog)
     rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in runtimes}
-    print(f"{'runtime':8} {'rep':>3} {'wall s':>8} {'epoch 1 s':>10} {'median epoch 2+ s':>18}  weights")
+    print(f"{'runtime':11} {'rep':>3} {'wall s':>8} {'epoch 1 s':>10} {'median epoch 2+ s':>18}  weights")
     with tempfile.TemporaryDirectory(prefix="hvdflow-bench-") as tmp:
         for rep in range(args.reps):
             for name, runtime in runtimes.items():
@@ -53,15 +58,17 @@ def main() -> None:
                 epochs = [float(s) for s in results[0]["epoch_seconds"]]  # type: ignore[union-attr]
                 later = statistics.median(epochs[1:]) if len(epochs) > 1 else float("nan")
                 rows[name].append((wall, epochs[0], later))
-                print(f"{name:8} {rep:>3} {wall:8.2f} {epochs[0]:10.2f} {later:18.3f}  {str(results[0]['weights_sha256'])[:12]}",
+                print(f"{name:11} {rep:>3} {wall:8.2f} {epochs[0]:10.2f} {later:18.3f}  {str(results[0]['weights_sha256'])[:12]}",
                       flush=True)
     print()
     medians = {name: [statistics.median(v[i] for v in values) for i in range(3)] for name, values in rows.items()}
     for name, (wall, first, later) in medians.items():
-        print(f"median {name:8} wall {wall:7.2f} s, epoch 1 {first:6.2f} s, epochs 2+ {later:6.3f} s")
-    if {"udocker", "native"} <= set(medians):
-        u, n = medians["udocker"], medians["native"]
-        print(f"udocker/native: wall {u[0] / n[0]:.2f}x, epoch 1 {u[1] / n[1]:.2f}x, epochs 2+ {u[2] / n[2]:.2f}x")
+        print(f"median {name:11} wall {wall:7.2f} s, epoch 1 {first:6.2f} s, epochs 2+ {later:6.3f} s")
+    n = medians["native"]
+    for engine in PROOT_ENGINES:
+        u = medians[f"{engine}-proot"]
+        print(f"udocker ({engine} proot)/native: wall {u[0] / n[0]:.2f}x, epoch 1 {u[1] / n[1]:.2f}x, "
+              f"epochs 2+ {u[2] / n[2]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ HVDFLOW_PYTHON=/usr/bin/python3   # Debian's interpreter: venvs made from it are
 HVDFLOW_APT_PACKAGES=(
   python3 python3-venv python3-dev python3-pip ca-certificates curl binutils file git procps
   proot docker-registry skopeo mmdebstrap busybox-static
-  openmpi-bin libopenmpi-dev g++ make cmake
+  openmpi-bin libopenmpi-dev g++ make cmake libtalloc-dev pkg-config
 )
 
 # The test bed's Slurm cluster (hvdflow testbed): munge, the Slurm daemons and client, slurmdbd with MariaDB.

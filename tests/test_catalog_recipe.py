@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 from hvdflow.errors import ConfigError
+from hvdflow.images.build.commands import BuildError
+from hvdflow.images.build.proot import fetch_source
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.recipe import load_recipe
 
@@ -77,9 +81,12 @@ def test_not_yaml_and_not_a_mapping(tmp_path: Path) -> None:
 
 
 def _recipe(tmp_path: Path, requirements: str, tensorflow: str = "2.15.1") -> Path:
-    (tmp_path / "requirements.txt").write_text(requirements)
+    """A copy of the hvdflow-cpu recipe (and the proot spec beside it, as in containers/) with these requirements."""
+    shutil.copytree(REPO / "containers" / "proot", tmp_path / "proot")
+    (tmp_path / "image").mkdir()
+    (tmp_path / "image" / "requirements.txt").write_text(requirements)
     source = (REPO / "containers" / "hvdflow-cpu" / "recipe.yaml").read_text()
-    path = tmp_path / "recipe.yaml"
+    path = tmp_path / "image" / "recipe.yaml"
     path.write_text(source.replace("tensorflow: 2.15.1", f"tensorflow: {tensorflow}"))
     return path
 
@@ -92,3 +99,34 @@ def test_recipe_requires_exact_pins(tmp_path: Path) -> None:
 def test_recipe_tensorflow_must_match_the_pin(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"horovod.tensorflow is 2.16.2 but .* pins TensorFlow 2.15.1"):
         load_recipe(_recipe(tmp_path, "tensorflow-cpu==2.15.1\n", tensorflow="2.16.2"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.replace("sha256: 2924", "sha256: 2x24"), r"sources\[0\].sha256: '2x24.*' is not a sha256"),
+    (lambda t: t.replace("  - clone3.patch", "  - clone4.patch"), r"patches: .*clone4.patch does not exist"),
+    (lambda t: t + "flags: -O3\n", r"unknown key\(s\) flags"),
+])
+def test_bad_proot_build_specs_are_named(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    recipe = _recipe(tmp_path, "tensorflow-cpu==2.15.1\n")
+    spec = tmp_path / "proot" / "proot.yaml"
+    spec.write_text(edit(spec.read_text()))
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(recipe)
+
+
+def test_a_proot_source_is_fetched_once_checked_and_a_missing_or_changed_one_named(tmp_path: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HVDFLOW_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "proot_5.4.0.orig.tar.gz"
+    source.write_bytes(b"the source")
+    sha = hashlib.sha256(b"the source").hexdigest()
+    fetched = fetch_source(source.as_uri(), sha)
+    assert fetched == tmp_path / "cache" / "sources" / sha / source.name and fetched.read_bytes() == b"the source"
+    source.unlink()  # the mirror dropped it: the cached copy serves
+    assert fetch_source(source.as_uri(), sha) == fetched
+    with pytest.raises(BuildError, match=r"cannot download file://.*gone.tar.gz .* Debian's mirror drops old revisions"):
+        fetch_source((tmp_path / "gone.tar.gz").as_uri(), "0" * 64)
+    source.write_bytes(b"other bytes")
+    with pytest.raises(BuildError, match=f"has sha256 {hashlib.sha256(b'other bytes').hexdigest()}, but .* pins {'1' * 64}"):
+        fetch_source(source.as_uri(), "1" * 64)
+    assert not list((tmp_path / "cache" / "sources" / ("1" * 64)).iterdir())  # nothing half-fetched is kept

@@ -42,6 +42,34 @@ def test_gloo_two_ranks_train_to_identical_weights(hpc_user: HpcUser, cpu_pull: 
     assert summary["val_accuracy"] > 0.9
     assert (summary["tensorflow"], summary["horovod"]) == ("2.15.1", "0.28.1")
     assert json.loads((user_tmp / "gloo" / "summary.json").read_text()) == summary
+    assert summary["proot"].endswith("/ROOT/opt/hvdflow/bin/proot")  # the image's own engine, by default
+
+
+SECCOMP_OF_CONTAINER = """
+import sys
+from pathlib import Path
+from hvdflow.images.udocker import Udocker
+from hvdflow.images.udocker_tools import engine_binary
+udocker_dir, container, choice = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+udocker = Udocker(udocker_dir, proot=engine_binary(udocker_dir, container, choice))
+status = udocker.check("run", "--nobanner", container, "cat", "/proc/self/status").stdout
+print([line for line in status.splitlines() if line.startswith("Seccomp:")][0])
+"""
+
+
+def test_the_images_proot_runs_the_container_under_its_seccomp_filter_and_the_hosts_does_not(
+        hpc_user: HpcUser, cpu_pull: list[str], udocker_dir: Path) -> None:
+    pulled = hpc_user.hvdflow("image", "pull", *cpu_pull, timeout=900)
+    assert pulled.returncode == 0, pulled.stderr
+    container = json.loads(pulled.stdout)["container"]
+    seen = {}
+    for choice in ("image", "host"):
+        proc = hpc_user.run([str(hpc_user.venv / "bin" / "python"), "-c", SECCOMP_OF_CONTAINER, str(udocker_dir),
+                             container, choice])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seen[choice] = proc.stdout.split()
+    # mode 2: a seccomp filter; only the system calls proot must rewrite stop in ptrace. Debian's proot: none.
+    assert seen == {"image": ["Seccomp:", "2"], "host": ["Seccomp:", "0"]}
 
 
 def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path) -> None:

@@ -7,7 +7,10 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from hvdflow.images.udocker_tools import TOOLS_RELEASE, build_tools_tarball
+import pytest
+
+from hvdflow.errors import UdockerError
+from hvdflow.images.udocker_tools import HOST_PROOT, TOOLS_RELEASE, build_tools_tarball, engine_binary, engine_wrapper
 
 WRAPPER = Path(__file__).resolve().parents[1] / "src" / "hvdflow" / "images" / "udocker_tools" / "proot"
 
@@ -44,3 +47,26 @@ def test_real_proot_runs_through_the_wrapper() -> None:
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "inside"
+
+
+def test_the_engine_is_the_images_proot_or_the_hosts_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    with pytest.raises(UdockerError, match=r"container c1 carries no proot at /opt/hvdflow/bin/proot .* set proot: host"):
+        engine_binary(tmp_path, "c1", "image")
+    carried = tmp_path / "containers" / "c1" / "ROOT" / "opt" / "hvdflow" / "bin" / "proot"
+    carried.parent.mkdir(parents=True)
+    carried.write_bytes(b"")
+    assert engine_binary(tmp_path, "c1", "image") == carried
+    assert engine_binary(tmp_path, "c1", "host") == HOST_PROOT  # Debian's package, which the suite installs
+
+
+def test_the_engine_wrapper_runs_its_own_proot_with_no_environment(tmp_path: Path) -> None:
+    # udocker clears the environment before it runs proot: the wrapper must know its binary by itself
+    fake = tmp_path / "the proot"
+    fake.write_text('#!/bin/sh\necho "fake proot $*"\n')
+    fake.chmod(0o755)
+    wrapper = engine_wrapper(tmp_path / "state", fake)
+    assert engine_wrapper(tmp_path / "state", fake) == wrapper and wrapper.stat().st_mode & 0o777 == 0o755
+    out = subprocess.run([str(wrapper), "--kill-on-exit", "-k", "4.8.13", "-r", "/root", "cat"], env={},
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "fake proot --kill-on-exit -r /root cat\n"
+    assert engine_wrapper(tmp_path / "state", HOST_PROOT) != wrapper  # one wrapper per binary

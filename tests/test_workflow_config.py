@@ -104,6 +104,7 @@ def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> No
     (lambda p: p.update(runtime="docker"), "runtime: 'docker' is not one of udocker, native"),
     (lambda p: p.update(launcher="horovodrun"), "launcher: 'horovodrun' is not one of gloo, mpi"),
     (lambda p: p.update(execmode="R1"), "execmode: 'R1' is not one of P1, P2"),
+    (lambda p: p.update(proot="usr-bin"), "proot: 'usr-bin' is not one of image, host"),
     (lambda p: p.update(registry="${HVDFLOW_NO_SUCH_VARIABLE}"), "environment variable $HVDFLOW_NO_SUCH_VARIABLE is not set"),
     (lambda p: p.pop("launcher"), "missing required key(s) launcher"),
     (lambda p: p.update(step_timeout_minutes=0), "step_timeout_minutes: must be"),

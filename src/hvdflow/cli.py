@@ -8,12 +8,14 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
 from hvdflow.errors import HvdflowError
-from hvdflow.images.catalog import EXECMODES, get_image, load_catalog
+from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.images.udocker_tools import engine_binary
 
 
 def default_udocker_dir() -> Path:
@@ -94,6 +96,7 @@ def cmd_smoke(args: argparse.Namespace) -> int:
     from hvdflow.pipeline.smoke import run_smoke
 
     udocker, record = _pull(args)
+    udocker = replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, args.proot))
     summary = run_smoke(udocker, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
@@ -169,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     smoke = sub.add_parser("smoke", help="train the digits MLP with Horovod ranks in the container")
     _pull_args(smoke)
     smoke.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo")
+    smoke.add_argument("--proot", choices=PROOT_ENGINES, default="image",
+                       help="the proot of udocker's P1/P2: the image's (default) or the host's /usr/bin/proot")
     smoke.add_argument("--ranks", type=int, default=2)
     smoke.add_argument("--epochs", type=int, default=5)
     smoke.add_argument("--out", type=Path, default=Path("results/smoke"))

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
-from hvdflow.images.catalog import EXECMODES
+from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES
 
 RUNTIMES = ("udocker", "native")
 LAUNCHERS = ("gloo", "mpi")
@@ -25,7 +25,8 @@ _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
 _REQUIRED = ("registry", "runtime", "launcher")
-_OPTIONAL = ("execmode", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm", "step_timeout_minutes")
+_OPTIONAL = ("execmode", "proot", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm",
+             "step_timeout_minutes")
 _SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
 _SLURM_OPTIONAL = ("srun_extra", "signal_grace_seconds")
 DEFAULT_SIGNAL_GRACE = 120
@@ -53,6 +54,8 @@ class ClusterProfile:
     launcher: str
     execmode: Optional[str]
     udocker_dir: Path
+    proot: str
+    """Which proot runs udocker's P1/P2 modes: ``image`` (the one the image carries) or ``host`` (/usr/bin/proot)."""
     network_interface: str
     native_venv_dir: Path
     slurm: Optional[SlurmCluster] = None
@@ -99,6 +102,7 @@ def load_profile(path: Path) -> ClusterProfile:
         runtime=_choice(f"{where}: runtime", _expand(f"{where}: runtime", data["runtime"]), RUNTIMES),
         launcher=_choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS),
         execmode=None if execmode is None else _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), EXECMODES),
+        proot=_choice(f"{where}: proot", _expand(f"{where}: proot", data.get("proot", "image")), PROOT_ENGINES),
         udocker_dir=Path(_expand(f"{where}: udocker_dir", data.get("udocker_dir", str(home / ".local/share/hvdflow/udocker")))),
         network_interface=interface,
         native_venv_dir=Path(_expand(f"{where}: native_venv_dir",

@@ -11,6 +11,8 @@ from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
 
 EXECMODES = ("P1", "P2")  # proot; R1 and the F modes do not work with Debian's binaries (containers/README.md)
+PROOT_ENGINES = ("image", "host")
+"""The proot that runs P1/P2: the one hvdflow's images carry (seccomp-accelerated), or the host's /usr/bin/proot."""
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 

@@ -24,6 +24,25 @@ class HorovodBuild:
 
 
 @dataclass(frozen=True)
+class ProotBuild:
+    """How the proot an image carries is built (``containers/proot/proot.yaml``): pinned sources, patches."""
+
+    path: Path
+    version: str
+    sources: tuple[tuple[str, str], ...]
+    drop_debian_patches: tuple[str, ...]
+    patches: tuple[Path, ...]
+    build_apt_packages: tuple[str, ...]
+
+    def fingerprint(self) -> str:
+        """sha256 over the spec and our patches: what the built binary depends on besides the pinned sources."""
+        sha = hashlib.sha256()
+        for path in (self.path, *self.patches):
+            sha.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return sha.hexdigest()
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A parsed recipe; ``path`` is the recipe file, ``requirements`` the pinned Python packages file."""
 
@@ -35,16 +54,18 @@ class Recipe:
     horovod: HorovodBuild
     env: tuple[tuple[str, str], ...]
     python_layer: tuple[str, ...]
+    proot: ProotBuild
 
     def requirement_lines(self) -> list[str]:
         """The pinned requirements, comments and blank lines removed."""
         return [line.strip() for line in self.requirements.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
     def fingerprint(self) -> str:
-        """sha256 over the recipe and requirements files: the image cache key's input from the recipe."""
+        """sha256 over the recipe, requirements and proot files: the image cache key's input from the recipe."""
         sha = hashlib.sha256()
         for path in (self.path, self.requirements):
             sha.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        sha.update(self.proot.fingerprint().encode())
         return sha.hexdigest()
 
 
@@ -58,11 +79,42 @@ def _str_map(where: str, value: object) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), str(expect(f"{where}.{k}", v, (str, int)))) for k, v in mapping.items())
 
 
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load_proot_build(path: Path) -> ProotBuild:
+    """Read and validate the proot build spec at ``path``; every source pinned by sha256, every patch present."""
+    data = load_mapping(path)
+    where = str(path)
+    check_keys(where, data, ("version", "sources", "drop_debian_patches", "patches", "build_apt_packages"))
+    sources = []
+    for i, item in enumerate(expect(f"{where}: sources", data["sources"], list)):
+        entry = expect(f"{where}: sources[{i}]", item, dict)
+        check_keys(f"{where}: sources[{i}]", entry, ("url", "sha256"))
+        url = str(expect(f"{where}: sources[{i}].url", entry["url"], str))
+        sha = str(expect(f"{where}: sources[{i}].sha256", entry["sha256"], str))
+        if not _SHA256.match(sha):
+            raise ConfigError(f"{where}: sources[{i}].sha256: {sha!r} is not a sha256 (64 lowercase hex digits)")
+        sources.append((url, sha))
+    patches = tuple(path.parent / name for name in _str_list(f"{where}: patches", data["patches"]))
+    for patch in patches:
+        if not patch.is_file():
+            raise ConfigError(f"{where}: patches: {patch} does not exist")
+    return ProotBuild(
+        path=path,
+        version=str(expect(f"{where}: version", data["version"], str)),
+        sources=tuple(sources),
+        drop_debian_patches=_str_list(f"{where}: drop_debian_patches", data["drop_debian_patches"]),
+        patches=patches,
+        build_apt_packages=_str_list(f"{where}: build_apt_packages", data["build_apt_packages"]),
+    )
+
+
 def load_recipe(path: Path) -> Recipe:
     """Read and validate the recipe at ``path``; the requirements must pin every package with ``==``."""
     data = load_mapping(path)
     where = str(path)
-    check_keys(where, data, ("base", "apt_packages", "python_requirements", "horovod", "env", "layers"))
+    check_keys(where, data, ("base", "apt_packages", "python_requirements", "horovod", "env", "layers", "proot"))
     base = expect(f"{where}: base", data["base"], dict)
     check_keys(f"{where}: base", base, ("suite", "variant"))
     hvd = expect(f"{where}: horovod", data["horovod"], dict)
@@ -86,6 +138,7 @@ def load_recipe(path: Path) -> Recipe:
         ),
         env=_str_map(f"{where}: env", data["env"]),
         python_layer=_str_list(f"{where}: layers.python", layers["python"]),
+        proot=load_proot_build(path.parent / str(expect(f"{where}: proot", data["proot"], str))),
     )
     pins = {}
     for line in recipe.requirement_lines():

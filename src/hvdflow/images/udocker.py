@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 
 from hvdflow.errors import UdockerError
 from hvdflow.files.atomic import write_text_atomic
-from hvdflow.images.udocker_tools import build_tools_tarball
+from hvdflow.images.udocker_tools import HOST_PROOT, build_tools_tarball, engine_wrapper
 
 ROOT_REFUSAL = (
     "hvdflow runs udocker as an ordinary user and refuses to run it as root (uid 0): containers would get root's "
@@ -48,6 +48,8 @@ class Udocker:
     udocker_dir: Path
     allow_root: bool = False
     executable: str = field(default_factory=udocker_executable)
+    proot: Path = HOST_PROOT
+    """The proot binary udocker's P1/P2 modes run (:func:`hvdflow.images.udocker_tools.engine_binary`)."""
 
     def __post_init__(self) -> None:
         if os.geteuid() == 0 and not self.allow_root:
@@ -81,7 +83,7 @@ class Udocker:
         env = dict(os.environ)
         env.update({
             "UDOCKER_DIR": str(self.udocker_dir),
-            "UDOCKER_USE_PROOT_EXECUTABLE": str(self.udocker_dir / "bin" / "proot"),
+            "UDOCKER_USE_PROOT_EXECUTABLE": str(engine_wrapper(self.state_dir, self.proot)),
         })
         env.pop("UDOCKER_TARBALL", None)
         return env

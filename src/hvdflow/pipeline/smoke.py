@@ -47,6 +47,7 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
         "digest": record.digest,
         "container": record.container,
         "execmode": record.execmode,
+        "proot": str(udocker.proot),
         "tensorflow": results[0]["tensorflow"],
         "horovod": results[0]["horovod"],
     }

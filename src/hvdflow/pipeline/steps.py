@@ -18,6 +18,7 @@ from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
@@ -58,7 +59,9 @@ def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> R
         from hvdflow.launch.native import native_python
 
         return NativeRuntime(native_python(profile, record.image, catalog))
-    return UdockerRuntime(Udocker(Path(record.udocker_dir), allow_root=allow_root_from_env()), record.container)
+    udocker_dir = Path(record.udocker_dir)
+    proot = engine_binary(udocker_dir, record.container, profile.proot)
+    return UdockerRuntime(Udocker(udocker_dir, allow_root=allow_root_from_env(), proot=proot), record.container)
 
 
 def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path,

@@ -13,12 +13,14 @@ from hvdflow.errors import ConfigError, RegistryError
 from hvdflow.files.cache import cache_root, content_key, sha256_file, source_fingerprint
 from hvdflow.images.build.commands import run_step
 from hvdflow.images.build.oci import ImageConfig, LayerSpec, prefix_filter, write_oci_layout
+from hvdflow.images.build.proot import ensure_proot, proot_key
 from hvdflow.images.build.rootfs import build_rootfs
 from hvdflow.images.build.wheels import ensure_horovod_wheel, ensure_wheelhouse, horovod_wheel_key, python_version
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.recipe import load_recipe
+from hvdflow.images.udocker_tools import IMAGE_PROOT
 
-_BUILDER_SOURCES = [Path(__file__).parent / name for name in ("image.py", "oci.py", "rootfs.py", "wheels.py")]
+_BUILDER_SOURCES = [Path(__file__).parent / name for name in ("image.py", "oci.py", "proot.py", "rootfs.py", "wheels.py")]
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,8 @@ def image_cache_dir(spec: ImageSpec) -> Path:
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
     recipe = load_recipe(spec.recipe)
-    key = content_key(recipe.fingerprint(), horovod_wheel_key(recipe), source_fingerprint(*_BUILDER_SOURCES),
-                      spec.reference)[:16]
+    key = content_key(recipe.fingerprint(), horovod_wheel_key(recipe), proot_key(recipe.proot),
+                      source_fingerprint(*_BUILDER_SOURCES), spec.reference)[:16]
     return cache_root() / "images" / f"{spec.name}-{key}"
 
 
@@ -61,11 +63,15 @@ def build_image(spec: ImageSpec, log: Path) -> BuiltImage:
     recipe = load_recipe(spec.recipe)
     wheelhouse = ensure_wheelhouse(recipe, log)
     wheel = ensure_horovod_wheel(recipe, wheelhouse, log)
+    proot = ensure_proot(recipe.proot, log)
     layout.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=layout.parent, prefix=".rootfs-"))
     try:
         rootfs = work / "rootfs"
         build_rootfs(recipe, wheelhouse, wheel, rootfs, log)
+        carried = rootfs / IMAGE_PROOT
+        carried.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(proot, carried)
         labels = {
             "org.opencontainers.image.title": spec.name,
             "org.opencontainers.image.description": spec.description,
@@ -74,6 +80,7 @@ def build_image(spec: ImageSpec, log: Path) -> BuiltImage:
             "io.hvdflow.horovod": recipe.horovod.version,
             "io.hvdflow.horovod-wheel.sha256": sha256_file(wheel),
             "io.hvdflow.recipe.sha256": recipe.fingerprint(),
+            "io.hvdflow.proot": f"/{IMAGE_PROOT} {recipe.proot.version} seccomp, sha256 {sha256_file(proot)}",
         }
         config = ImageConfig(
             env=["PATH=/usr/local/bin:/usr/bin:/bin"] + [f"{k}={v}" for k, v in recipe.env],

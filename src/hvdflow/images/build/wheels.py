@@ -30,7 +30,8 @@ def debian_package_version(package: str) -> str:
     """The installed version of a Debian package, or a BuildError saying it is missing."""
     proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True)
     if proc.returncode != 0 or not proc.stdout:
-        raise BuildError(f"Debian package {package} is not installed; it is needed to build the Horovod wheel")
+        raise BuildError(f"Debian package {package} is not installed; building the image needs it (the recipe's "
+                         "build_apt_packages)")
     return proc.stdout.strip()
 
 
