@@ -37,6 +37,9 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert record["image"]["digest"] == cpu_image.manifest_digest
     assert record["image"]["reference"] == "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11"
     assert [r["rank"] for r in record["ranks"]] == [0, 1]
+    # the two ranks were bound to cores of their own, as many as their threads (the CPU binding: tests/test_smoke.py)
+    assert record["cpu_bind"] == "cores" and not set(record["ranks"][0]["cpus"]) & set(record["ranks"][1]["cpus"])
+    assert [len(r["cpus"]) for r in record["ranks"]] == [r["threads"] for r in record["ranks"]]
     assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
     assert record["versions"]["tensorflow"] == "2.15.1" and record["versions"]["horovod"] == "0.28.1"
     assert record["seeds"] == {"training": 1234, "split": 42}

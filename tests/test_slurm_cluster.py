@@ -121,6 +121,8 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     # allreduce sum in different orders, so the two launchers differ from each other at 4 ranks)
     local = local_runs(launcher).json("results/cluster/run.json")
     assert record["weights_sha256"] == local["weights_sha256"] and local["launcher"] == launcher
+    # one thread per rank on both: the job's cpus_per_task is 1, and 4 local ranks on this machine's cores are not bound
+    assert {r["threads"] for r in record["ranks"]} == {r["threads"] for r in local["ranks"]} == {1}
     slurm = record["slurm"]
     assert slurm["job_id"] and slurm["nodelist"] == "n[1-2]" and slurm["tasks_per_node"] == "2(x2)"
     assert sorted(slurm["staging"]) == ["n1", "n2"] and all(s["bytes"] > 0 for s in slurm["staging"].values())
@@ -154,6 +156,26 @@ def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
     for host, count in (("n1", 3), ("n2", 2)):  # the job holds gpu:3 per node, of 4
         gpus = [r["cuda_visible_devices"] for r in record["ranks"] if r["hostname"] == host]
         assert len(set(gpus)) == count and all(g is not None and "," not in g for g in gpus), gpus
+
+
+def test_each_rank_owns_the_jobs_cpus_per_task_and_runs_as_many_threads(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
+    # srun no longer takes the job's --cpus-per-task on its own (Slurm 22.05): hvdflow passes it with the profile's
+    # --cpu-bind, and the trainer runs that many threads (the test bed's task/none plugin itself binds nothing)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, ranks=2, epochs=1)
+    proc = pipeline.snakemake("results/cluster/run.json", "--set-resources", "train:cpus_per_task=2",
+                              profile="testbed")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    assert [(r["hostname"], r["threads"]) for r in record["ranks"]] == [("n1", 2), ("n2", 2)]
+    assert record["cpu_bind"] == "cores"
+    logs = pipeline.root / "logs" / "train" / "cluster"
+    srun = (logs / "srun.log").read_text().splitlines()[0].split()
+    assert {"--cpus-per-task=2", "--cpu-bind=cores"} <= set(srun), srun
+    assert "SLURM_CPUS_PER_TASK=2, SLURM_CPU_BIND=" in (logs / "rank-1.log").read_text()
+    assert "hvdflow: CPUs: 2 per rank (the job's --cpus-per-task), srun --cpu-bind=cores" in (
+        pipeline.root / "logs/train/cluster.log").read_text()
+    assert not node_scratch_leftovers(cluster)
 
 
 def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,14 @@ def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str]
     assert [r["controller"] for r in ranks] == ["mpi", "mpi"]
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert json.loads(mpi.stdout)["weights_sha256"] == json.loads(gloo.stdout)["weights_sha256"]
+    # each rank ran on its own half of this machine's cores (sched_setaffinity for Gloo, taskset under mpirun), as
+    # the trainer saw from inside the container, with as many threads
+    cores = sorted(os.sched_getaffinity(0))
+    half = len(cores) // 2
+    assert half >= 1, f"the test needs 2 cores, this machine lets it use {cores}"
+    for launcher in ("gloo", "mpi"):
+        seen = [json.loads((user_tmp / launcher / "train" / f"rank-{r}.json").read_text()) for r in range(2)]
+        assert [(r["cpus"], r["threads"]) for r in seen] == [(cores[:half], half), (cores[half:2 * half], half)], launcher
 
 
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])

@@ -108,6 +108,7 @@ def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> No
     (lambda p: p.update(registry="${HVDFLOW_NO_SUCH_VARIABLE}"), "environment variable $HVDFLOW_NO_SUCH_VARIABLE is not set"),
     (lambda p: p.pop("launcher"), "missing required key(s) launcher"),
     (lambda p: p.update(step_timeout_minutes=0), "step_timeout_minutes: must be"),
+    (lambda p: p.update(cpu_bind="sockets"), "cpu_bind: 'sockets' is not one of cores, none"),
 ])
 def test_bad_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit(tree / "profiles" / "local" / "hvdflow.yaml", edit)
@@ -214,6 +215,7 @@ def train_command_lines(tree: Path, profile: str, recorder: Path) -> str:
     is left out (it holds paths of this machine).
     """
     from hvdflow.config.profile import load_profile
+    from hvdflow.launch.cpus import slurm_plan
     from hvdflow.slurm.launch import srun_argv
 
     _edit(tree / "config" / "config.yaml", lambda c: c.update(experiments={"golden": GOLDEN_EXPERIMENT}))
@@ -224,7 +226,10 @@ def train_command_lines(tree: Path, profile: str, recorder: Path) -> str:
     os.environ.setdefault("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     cluster = load_profile(tree / "profiles" / profile / "hvdflow.yaml").slurm
     assert cluster is not None
-    srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"])
+    # the batch step sees the job's --cpus-per-task as $SLURM_CPUS_PER_TASK (none: Slurm's 1)
+    [cpus] = [a.split("=")[1] for a in argv if a.startswith("--cpus-per-task=")] or ["1"]
+    plan = slurm_plan(8, {"SLURM_CPUS_PER_TASK": cpus}, cluster.cpu_bind)
+    srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"], plan.threads)
     return f"{' '.join(sbatch)}\n{' '.join(srun)}\n"
 
 
@@ -243,6 +248,7 @@ def test_train_command_lines_of_each_slurm_profile_are_golden(tree: Path, profil
     (lambda p: p.pop("slurm"), "scheduler slurm needs a slurm section"),
     (lambda p: p["slurm"].update(gpus_per_node=-1), "gpus_per_node: must be 0 (no GPUs) or more"),
     (lambda p: p["slurm"].update(signal_grace_seconds=-5), "signal_grace_seconds: must be 0 (no warning) to 65535"),
+    (lambda p: p.update(cpu_bind="core"), "cpu_bind: 'core' is not a value of srun's --cpu-bind"),
 ])
 def test_bad_slurm_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit(tree / "profiles" / "testbed" / "hvdflow.yaml", edit)

@@ -32,7 +32,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     index = read_index(args.dataset)
     paths = verified_shards(args.dataset, index, "train")
-    data, per_rank, mode = rank_dataset(paths, index, "train", args.rank, args.size, args.batch_size, 1, 10000)
+    data, per_rank, mode = rank_dataset(paths, index, "train", args.rank, args.size, args.batch_size, 1, 10000,
+                                        threads=args.threads)
     split = index["splits"]["train"]  # type: ignore[index]
     record_bytes = sum(int(s["bytes"]) for s in split["shards"]) / int(split["records"])  # type: ignore[index]
     rates = []

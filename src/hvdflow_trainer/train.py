@@ -46,12 +46,14 @@ def epoch_seed(seed: int, epoch: int) -> int:
 
 
 def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: int, size: int, batch: int,
-                 seed: int, shuffle_buffer: int, epoch: int = 0, skip_batches: int = 0):  # type: ignore[no-untyped-def]
+                 seed: int, shuffle_buffer: int, epoch: int = 0, skip_batches: int = 0,
+                 threads: int = 0):  # type: ignore[no-untyped-def]
     """This rank's batches of ``split`` in ``epoch`` (see input_plan): ``(dataset, records per rank, sharding mode)``.
 
     Every rank gets the same number of records, so all take the same steps. With ``shuffle_buffer`` > 0 the
     records are shuffled with :func:`epoch_seed`, so an epoch's order depends only on (seed, epoch, ranks, rank)
     and a resumed epoch sees exactly the batches it would have seen; ``skip_batches`` drops the ones already done.
+    ``threads`` > 0 gives the pipeline a thread pool of that size (the cores the rank owns).
     """
     import tensorflow as tf
 
@@ -73,7 +75,12 @@ def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: i
     data = data.apply(tf.data.experimental.assert_cardinality(-(-per_rank // batch)))
     if skip_batches:
         data = data.skip(skip_batches)
-    return data.prefetch(tf.data.AUTOTUNE), per_rank, mode
+    data = data.prefetch(tf.data.AUTOTUNE)
+    if threads > 0:
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = threads
+        data = data.with_options(options)
+    return data, per_rank, mode
 
 
 class InjectedFailure:
@@ -255,8 +262,9 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         tf.config.experimental.set_memory_growth(gpu, True)
     tf.keras.utils.set_random_seed(args.seed)
     tf.config.experimental.enable_op_determinism()
+    # each op spreads over the rank's cores; ops run one after another (more inter-op threads would oversubscribe)
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
 
     index = read_index(args.dataset)
     multi = index["task"] == "multi-label"
@@ -265,11 +273,12 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
 
     def epoch_data(epoch: int, skip: int = 0):  # type: ignore[no-untyped-def]
         return rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(), args.batch_size, args.seed,
-                            args.shuffle_buffer, epoch, skip)
+                            args.shuffle_buffer, epoch, skip, args.threads)
 
     _, train_per_rank, sharding = epoch_data(0)
     steps_per_epoch = -(-train_per_rank // args.batch_size)
-    val_data, _, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed, 0)
+    val_data, _, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed, 0,
+                                  threads=args.threads)
 
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
     scaled_lr = args.learning_rate * hvd.size()
@@ -320,6 +329,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
         "controller": "mpi" if hvd.mpi_enabled() else "gloo",
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "cpus": sorted(os.sched_getaffinity(0)), "threads": args.threads,
         "weights_sha256": weights_sha256(model.get_weights()),
         "epochs_done": position.epoch,
         "resumed_from": {"epoch": start[0], "step": start[1]},
@@ -360,7 +370,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--shuffle-buffer", type=int, default=10000, help="records in each rank's shuffle buffer")
     parser.add_argument("--deterministic-allreduce", action="store_true",
                         help="allreduce each tensor on its own (no tensor fusion): reproducible sums with 3+ ranks")
-    parser.add_argument("--threads", type=int, default=1, help="TensorFlow intra- and inter-op threads per rank")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="TensorFlow's intra-op and tf.data's threads per rank: the cores it owns (the launcher says)")
     parser.add_argument("--checkpoint-dir", required=True, help="the run's checkpoint folder (kept across attempts)")
     parser.add_argument("--identity", required=True, help="JSON file: the run's identity (hvdflow_runstate.run_identity)")
     parser.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints")

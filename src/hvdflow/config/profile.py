@@ -26,10 +26,14 @@ _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
 _REQUIRED = ("registry", "runtime", "launcher")
 _OPTIONAL = ("execmode", "proot", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm",
-             "step_timeout_minutes")
+             "step_timeout_minutes", "cpu_bind")
 _SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
 _SLURM_OPTIONAL = ("srun_extra", "signal_grace_seconds")
 DEFAULT_SIGNAL_GRACE = 120
+LOCAL_CPU_BINDS = ("cores", "none")
+_SRUN_CPU_BIND = re.compile(r"^((verbose|quiet),)?(none|cores|threads|sockets|ldoms|rank|rank_ldom|boards|"
+                            r"(map|mask)_(cpu|ldom):[0-9a-fA-Fx*,]+)$")
+"""The values of srun's ``--cpu-bind`` (srun(1)), optionally after ``verbose,``."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class SlurmCluster:
     network_interface: str
     srun_extra: tuple[str, ...] = ()
     signal_grace_seconds: int = DEFAULT_SIGNAL_GRACE
+    cpu_bind: str = "cores"
+    """srun's ``--cpu-bind`` for the ranks' job steps (the profile's top-level ``cpu_bind``)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,8 @@ class ClusterProfile:
     native_venv_dir: Path
     slurm: Optional[SlurmCluster] = None
     step_timeout: Optional[float] = None
+    cpu_bind: str = "cores"
+    """How ranks are bound to cores: ``cores`` or ``none`` on one machine; srun's ``--cpu-bind`` value under Slurm."""
     """Seconds one pipeline step may run (``step_timeout_minutes``); None: no limit of hvdflow's own (under Slurm,
     the job's time limit is the limit)."""
 
@@ -96,6 +104,7 @@ def load_profile(path: Path) -> ClusterProfile:
         raise ConfigError(f"{where}: scheduler slurm needs a slurm section ({', '.join(_SLURM_REQUIRED)})")
     if scheduler == "none" and "slurm" in data:
         raise ConfigError(f"{where}: slurm: given but scheduler is none (set scheduler: slurm)")
+    cpu_bind = _cpu_bind(f"{where}: cpu_bind", _expand(f"{where}: cpu_bind", data.get("cpu_bind", "cores")), scheduler)
     return ClusterProfile(
         path=path,
         registry=registry,
@@ -107,9 +116,19 @@ def load_profile(path: Path) -> ClusterProfile:
         network_interface=interface,
         native_venv_dir=Path(_expand(f"{where}: native_venv_dir",
                                      data.get("native_venv_dir", str(home / ".cache/hvdflow/native")))),
-        slurm=_slurm(f"{where}: slurm", data["slurm"], interface) if scheduler == "slurm" else None,
+        slurm=_slurm(f"{where}: slurm", data["slurm"], interface, cpu_bind) if scheduler == "slurm" else None,
         step_timeout=_minutes(f"{where}: step_timeout_minutes", data.get("step_timeout_minutes")),
+        cpu_bind=cpu_bind,
     )
+
+
+def _cpu_bind(where: str, value: str, scheduler: str) -> str:
+    if scheduler == "slurm":
+        if not _SRUN_CPU_BIND.match(value):
+            raise ConfigError(f"{where}: {value!r} is not a value of srun's --cpu-bind (cores, threads, sockets, "
+                              "ldoms, rank, none, map_cpu:LIST, mask_cpu:LIST, ...)")
+        return value
+    return _choice(where, value, LOCAL_CPU_BINDS)
 
 
 def _minutes(where: str, value: Any) -> Optional[float]:
@@ -121,7 +140,7 @@ def _minutes(where: str, value: Any) -> Optional[float]:
     return float(minutes) * 60
 
 
-def _slurm(where: str, data: Any, interface: str) -> SlurmCluster:
+def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster:
     expect(where, data, dict)
     check_keys(where, data, _SLURM_REQUIRED, _SLURM_OPTIONAL)
     gpus = expect(f"{where}.gpus_per_node", data["gpus_per_node"], int)
@@ -134,4 +153,4 @@ def _slurm(where: str, data: Any, interface: str) -> SlurmCluster:
     return SlurmCluster(scratch_dir=Path(_expand(f"{where}.scratch_dir", data["scratch_dir"])), gpus_per_node=gpus,
                         network_interface=interface,
                         srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra),
-                        signal_grace_seconds=grace)
+                        signal_grace_seconds=grace, cpu_bind=cpu_bind)

@@ -3,7 +3,8 @@
 - Gloo: hvdflow starts Horovod's rendezvous server (from the runtime) and waits until it accepts connections, then
   one process per rank with the Horovod variables of :mod:`hvdflow.launch.rank_env`. No MPI, ssh or horovodrun.
 - MPI: the host's ``mpirun`` starts one ``udocker run --hostenv`` per rank; the container's Open MPI must match.
-Both run in either runtime (udocker or native, :mod:`hvdflow.launch.runtime`); each rank writes its own log.
+Both run in either runtime (udocker or native, :mod:`hvdflow.launch.runtime`); each rank writes its own log and is
+bound to its cores (:mod:`hvdflow.launch.cpus`): Gloo's with ``sched_setaffinity``, MPI's with ``taskset``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional, Sequence
 
+from hvdflow.launch.cpus import CpuPlan, cpu_list
 from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime
@@ -24,10 +26,11 @@ def launch_gloo_local(
     logs: Path,
     paths: Sequence[Path],
     timeout: Optional[float],
+    cpus: CpuPlan,
     iface: str = "lo",
     progress: Optional[Path] = None,
 ) -> None:
-    """Run ``command`` as Horovod ranks on this host over Gloo, one process each, supervised.
+    """Run ``command`` as Horovod ranks on this host over Gloo, one process each, bound as ``cpus`` says, supervised.
 
     ``paths`` are the host paths the ranks read and write (bound into containers); the logs and the rendezvous
     server's port file go to ``logs``; rank 0's progress lines to ``progress`` (the rule's log).
@@ -40,7 +43,7 @@ def launch_gloo_local(
         for placement in placements:
             argv = runtime.command(command, horovod_gloo_env(placement, "127.0.0.1", port, iface), binds)
             ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env(),
-                               rank=True))
+                               rank=True, cores=cpus.cores_of(placement.rank)))
         supervise(ranks, timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
     finally:
         stop(ranks + [server])
@@ -53,18 +56,26 @@ def launch_mpi_local(
     logs: Path,
     paths: Sequence[Path],
     timeout: Optional[float],
+    cpus: CpuPlan,
     mpirun: str = "mpirun",
     progress: Optional[Path] = None,
 ) -> None:
     """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one process each.
 
     In udocker, ``--hostenv`` hands Open MPI's variables to the container and ``/tmp`` is bound so the ranks reach
-    the host's PMIx server. Each rank's output goes to ``logs/rank-N.log``.
+    the host's PMIx server. Each rank's output goes to ``logs/rank-N.log``; a rank ``cpus`` binds runs under
+    ``taskset`` with its cores (Open MPI's own binding stays off: it would bind the ``sh`` to one core each).
     """
     logs.mkdir(parents=True, exist_ok=True)
     env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
     inner = runtime.command(command, env, [logs, *paths], hostenv=True)
-    per_rank_log = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1'
+    bound = [cpus.cores_of(r) for r in range(nranks)]
+    if all(cores is not None for cores in bound):  # the ranks' core lists come first: $1 is rank 0's
+        rank_args = [cpu_list(cores) for cores in bound if cores is not None]
+        per_rank_log = (f'eval "cores=\\${{$((OMPI_COMM_WORLD_RANK + 1))}}"; shift {nranks}; '
+                        'exec taskset -c "$cores" "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1')
+    else:
+        per_rank_log, rank_args = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1', []
     argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
-            "sh", "-c", per_rank_log, str(logs / "rank"), *inner]
+            "sh", "-c", per_rank_log, str(logs / "rank"), *rank_args, *inner]
     supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout, progress)

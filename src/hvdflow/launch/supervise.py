@@ -85,14 +85,23 @@ def watch_interrupts() -> None:
     signal.signal(signal.SIGINT, on_interrupt)
 
 
-def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False) -> Supervised:
-    """Start ``argv`` in a new session with its output in ``log``; a ``rank`` with :func:`ignore_stop_signals`."""
+def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False,
+          cores: Optional[Sequence[int]] = None) -> Supervised:
+    """Start ``argv`` in a new session with its output in ``log``; a ``rank`` with :func:`ignore_stop_signals`;
+    bound to ``cores`` (``sched_setaffinity``, inherited by everything it starts) if given."""
     log.parent.mkdir(parents=True, exist_ok=True)
+
+    def before_exec() -> None:
+        if rank:
+            ignore_stop_signals()
+        if cores is not None:
+            os.sched_setaffinity(0, cores)
+
     with open(log, "wb") as out:
         out.write(f"$ {shlex.join(argv)}\n".encode())
         out.flush()
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(env), start_new_session=True, preexec_fn=ignore_stop_signals if rank else None)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                                start_new_session=True, preexec_fn=before_exec if rank or cores is not None else None)
     return Supervised(label, log, proc, rank)
 
 

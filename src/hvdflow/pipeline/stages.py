@@ -9,6 +9,7 @@ Slurm job (:mod:`hvdflow.slurm.launch`).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 from pathlib import Path
@@ -19,6 +20,7 @@ from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import DatasetError, LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch.cpus import local_plan, slurm_plan
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
 from hvdflow.launch.rank_env import placements
@@ -74,15 +76,17 @@ def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, lo
 
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
           identity: Mapping[str, object], iface: str = "lo", fail: Optional[str] = None,
-          slurm: Optional[SlurmCluster] = None, timeout: Optional[float] = None, progress: Optional[Path] = None
-          ) -> list[dict[str, object]]:
+          slurm: Optional[SlurmCluster] = None, timeout: Optional[float] = None, progress: Optional[Path] = None,
+          cpu_bind: str = "cores") -> list[dict[str, object]]:
     """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
 
     Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``, checkpoints to
     ``out_dir/checkpoints`` (kept across attempts: :mod:`hvdflow.pipeline.resume`). With ``slurm`` the ranks run
     as tasks of the current Slurm job on ``spec.nodes`` nodes, reading a node-local copy of the dataset. ``timeout``
     (seconds) is the profile's own limit, if it sets one; what the run does and rank 0's progress lines go to
-    ``progress`` (the rule's log).
+    ``progress`` (the rule's log). Each rank owns its cores and runs that many threads (:mod:`hvdflow.launch.cpus`):
+    on this machine as ``cpu_bind`` says, under Slurm the job's ``--cpus-per-task``, bound as the cluster's
+    ``cpu_bind`` says.
 
     Raises RunStopped if the ranks stopped on a signal (a checkpoint was saved), LaunchError if a rank fails, ends
     before the last epoch, or the ranks end with different weights. ``fail`` (``RANK:EPOCH[.STEP][:exit|kill|signal][:once]``)
@@ -104,17 +108,20 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     logs_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(logs_dir / "identity.json", dict(identity))
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
-    job = TrainingJob(spec.trainer_args() + run_args + failure_args(fail), spec.ranks, spec.nodes, dataset_dir,
-                      out_dir, logs_dir)
+    cpus = local_plan(spec.ranks, cpu_bind) if slurm is None else slurm_plan(spec.ranks, os.environ, slurm.cpu_bind)
+    note(progress, f"hvdflow: CPUs: {cpus.why}")
+    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
+                      spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)
     begin_attempt(checkpoints, plan)
     try:
         if slurm is not None:
-            launch_slurm(runtime, launcher, slurm, job, timeout, progress)
+            launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus_per_task=cpus.threads)
         elif launcher == "gloo":
             ranks = placements([(socket.gethostname(), spec.ranks)])
-            launch_gloo_local(runtime, ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout, iface, progress)
+            launch_gloo_local(runtime, ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout, cpus, iface,
+                              progress)
         else:
-            launch_mpi_local(runtime, spec.ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout,
+            launch_mpi_local(runtime, spec.ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout, cpus,
                              progress=progress)
         results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
     except BaseException as exc:

@@ -103,7 +103,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                             TrainSpec.from_config(spec), index.parent.resolve(), out_dir, logs_dir,
                             identity_of(spec, digest, index), iface=profile.network_interface,
                             fail=os.environ.get("HVDFLOW_INJECT_RANK_FAILURE"), slurm=profile.slurm,
-                            timeout=profile.step_timeout, progress=log.resolve())
+                            timeout=profile.step_timeout, progress=log.resolve(), cpu_bind=profile.cpu_bind)
         except RunStopped as stopped:
             if profile.slurm is not None:
                 requeue_or_explain(stopped, log.resolve())

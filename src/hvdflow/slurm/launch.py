@@ -41,12 +41,14 @@ from hvdflow_runstate import STOPPED_LINE_END
 CLEANUP_TIMEOUT = 300.0
 
 
-def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str]) -> list[str]:
-    """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout."""
+def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str], cpus_per_task: int) -> list[str]:
+    """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout, each task with
+    ``cpus_per_task`` CPUs bound as the cluster's ``cpu_bind`` says (srun no longer takes the job's --cpus-per-task
+    on its own since Slurm 22.05)."""
     argv = ["srun", f"--nodes={nodes}", f"--ntasks={ranks}"]
     # the job's layout: even, or at most ceil(ranks / nodes) per node (a maximum beside --ntasks)
     argv.append(f"--ntasks-per-node={even_tasks_per_node(ranks, nodes) or max_tasks_per_node(ranks, nodes)}")
-    argv += ["--kill-on-bad-exit=1", "--cpu-bind=none", "--overlap"]
+    argv += [f"--cpus-per-task={cpus_per_task}", f"--cpu-bind={cluster.cpu_bind}", "--kill-on-bad-exit=1", "--overlap"]
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
     if gpus:
         argv.append(f"--gres=gpu:{gpus}")
@@ -183,10 +185,11 @@ def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str
 
 
 def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, timeout: Optional[float],
-                 progress: Optional[Path] = None) -> Path:
+                 progress: Optional[Path] = None, cpus_per_task: int = 1) -> Path:
     """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read.
 
-    Rank 0's progress lines go to ``progress`` (the rule's log) as they come.
+    Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
+    they come.
     """
     job_id = _job_id()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
@@ -201,7 +204,7 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     try:
         _run_step("staging", srun_argv(cluster, ranks, nodes, _python("hvdflow.slurm.staging", "stage",
                                                                       str(job.dataset_dir), str(staged), str(reports),
-                                                                      _live_jobs(job_id))),
+                                                                      _live_jobs(job_id)), cpus_per_task),
                   logs / "staging.log", env, timeout, logs)
         inner = runtime.command(job.argv(staged), {}, [logs, job.out_dir, staged.parent], hostenv=True)
         task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
@@ -212,7 +215,8 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
         write_json_atomic(logs / "task.json", task)
         rank_program = _python("hvdflow.slurm.rank_task", str(logs / "task.json"))
         if launcher == "gloo":
-            _train_gloo(runtime, cluster, ranks, nodes, rank_program, logs, env, timeout, progress)
+            _train_gloo(runtime, cluster, srun_argv(cluster, ranks, nodes, rank_program, cpus_per_task), logs, env,
+                        timeout, progress)
         else:
             mpi_env = {**env, **_allocation_env(reports, job_id, ranks, nodes)}
             if gpus:
@@ -229,14 +233,13 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     return staged
 
 
-def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks: int, nodes: int, rank_program: list[str], logs: Path,
-                env: dict[str, str], timeout: Optional[float], progress: Optional[Path]) -> None:
+def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], logs: Path, env: dict[str, str],
+                timeout: Optional[float], progress: Optional[Path]) -> None:
     server, port = start_rendezvous_server(runtime, logs, [logs], env)
     try:
         write_json_atomic(logs / "rendezvous.json", {"addr": rendezvous_address(cluster.network_interface),
                                                      "port": port, "host": os.uname().nodename})
-        _run_step("training", srun_argv(cluster, ranks, nodes, rank_program), logs / "srun.log", env, timeout, logs,
-                  progress)
+        _run_step("training", ranks_step, logs / "srun.log", env, timeout, logs, progress)
     finally:
         stop([server])
 

@@ -25,6 +25,7 @@ from hvdflow.errors import HvdflowError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
 from hvdflow.launch.supervise import STOP_SIGNALS, ignore_stop_signals
@@ -67,7 +68,9 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     rank = placement.rank if placement else global_rank_of(env)
     local_rank = placement.local_rank if placement else local_rank_of(env)
     child = dict(env)
-    notes = [f"rank {rank} (local rank {local_rank}) on {host}"]
+    notes = [f"rank {rank} (local rank {local_rank}) on {host}, CPUs {cpu_list(os.sched_getaffinity(0))} "
+             f"(SLURM_CPUS_PER_TASK={env.get('SLURM_CPUS_PER_TASK', 'unset')}, "
+             f"SLURM_CPU_BIND={env.get('SLURM_CPU_BIND', 'unset')})"]
     local_size = placement.local_size if placement else local_size_of(env)
     if local_size > task["max_ranks_per_node"]:
         raise LaunchError(f"rank {rank}: Slurm placed {local_size} ranks on {host}, the job's plan allows at most "
