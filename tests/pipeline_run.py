@@ -7,13 +7,35 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from types import MappingProxyType
+
+import jsonschema
+import yaml
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
 
 TREE = ("src", "containers", "workflow", "config", "profiles")
 PNG = b"\x89PNG\r\n\x1a\n"
+RECORD_SCHEMA = REPO / "workflow" / "schemas" / "run-record.schema.yaml"
+
+
+@cache
+def _record_validator() -> jsonschema.Draft202012Validator:
+    schema = yaml.safe_load(RECORD_SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_run_record(path: Path) -> dict:  # type: ignore[type-arg]
+    """``path`` (a run.json), read and validated against the record's JSON schema: AssertionError naming each
+    violation."""
+    record = json.loads(path.read_text())
+    errors = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+              for e in _record_validator().iter_errors(record)]
+    assert not errors, f"{path} does not match {RECORD_SCHEMA.name}:\n" + "\n".join(errors[:20])
+    return record
 
 
 class Pipeline:
@@ -62,8 +84,12 @@ class Pipeline:
 
     def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
                   ) -> subprocess.CompletedProcess[str]:
-        """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree; capture its output."""
-        return self.finish(self.start_snakemake(*args, profile=profile, extra_env=extra_env))
+        """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree; capture its output. Every run
+        record the tree then holds must match the record's schema."""
+        proc = self.finish(self.start_snakemake(*args, profile=profile, extra_env=extra_env))
+        for record in self.root.glob("results/*/run.json"):
+            check_run_record(record)
+        return proc
 
     def processes(self) -> list[str]:
         """Live processes whose command line names this tree (ranks, rendezvous servers, proot): none may outlive
@@ -80,5 +106,6 @@ class Pipeline:
         return found
 
     def json(self, rel: str) -> dict:  # type: ignore[type-arg]
-        """A JSON file of the tree."""
-        return json.loads((self.root / rel).read_text())
+        """A JSON file of the tree (a run record checked against its schema)."""
+        path = self.root / rel
+        return check_run_record(path) if path.name == "run.json" else json.loads(path.read_text())

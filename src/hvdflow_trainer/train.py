@@ -26,6 +26,7 @@ from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 from hvdflow_runstate import position as describe
 
 from .input_plan import plan_input
+from .machine import cpu_facts, gpu_facts, numerics, nvidia_driver
 from .records import parse_fn
 from .run_control import Position, StopFlag, StopRequested, run_control_callbacks
 
@@ -330,6 +331,9 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         "controller": "mpi" if hvd.mpi_enabled() else "gloo",
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cpus": sorted(os.sched_getaffinity(0)), "threads": args.threads,
+        "machine": {"cpu": cpu_facts(), "gpus": gpu_facts(tf, tf.config.get_visible_devices("GPU")),
+                    "nvidia_driver": nvidia_driver()},
+        "numerics": numerics(tf, args.deterministic_allreduce),
         "weights_sha256": weights_sha256(model.get_weights()),
         "epochs_done": position.epoch,
         "resumed_from": {"epoch": start[0], "step": start[1]},

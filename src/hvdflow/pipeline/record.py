@@ -1,41 +1,113 @@
 """The run record, ``results/<experiment>/run.json``: everything that explains and reproduces one training.
 
-It names the image by digest, the resolved config and profile, the code (commit, dirty flag, where the host code was
-imported from), seeds, versions, ranks and hosts, the Slurm job, and the sha256 of inputs and outputs.
+JSON all the way down, in the shape ``workflow/schemas/run-record.schema.json`` documents (``record_version``). It
+names the image by digest, the resolved config and profile, the code (commit, dirty flag and the diff's sha256, where
+the host code was imported from), seeds, every version (TensorFlow, Horovod, Python, hvdflow, udocker, the proot
+engine, Slurm), each machine's CPU model and flags and the settings that fix the order of floating-point sums, ranks
+and hosts with their cores and threads, the Slurm job and allocation, the sha256 of inputs and outputs, and the
+metrics of every epoch.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import hashlib
 import json
 import os
 import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from hvdflow import __version__, code_location
 from hvdflow.config.profile import ClusterProfile
+from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
+from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.slurm.staging import read_reports
+
+RECORD_VERSION = 1
+"""The shape of run.json; raised whenever a key changes meaning or goes away."""
 
 
 def _git_revision(directory: Path) -> dict[str, Any]:
-    """The commit of the checkout holding ``directory``, and whether tracked files differ from it.
+    """The commit of the checkout holding ``directory``, whether tracked files differ from it, and the sha256 of
+    that difference (``git diff HEAD --binary``).
 
     Files missing from the tree (a copy with only the parts the pipeline needs) do not make it dirty; changed or
     added ones do.
     """
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, check=True).stdout
 
     try:
-        changed = git("diff", "HEAD", "--name-only", "--diff-filter=ACMRT")
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed), "changed_files": changed.splitlines()}
+        changed = git("diff", "HEAD", "--name-only", "--diff-filter=ACMRT").split()
+        diff = git("diff", "HEAD", "--binary", "--diff-filter=ACMRT") if changed else ""
+        return {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(changed), "changed_files": changed,
+                "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if changed else None}
     except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None, "note": f"{directory} is not a git checkout"}
+        return {"commit": None, "dirty": None, "changed_files": [], "diff_sha256": None,
+                "note": f"{directory} is not a git checkout"}
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with dataclasses, paths and tuples turned into JSON's objects, strings and arrays."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _package_version(name: str) -> Optional[str]:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def _slurm_version() -> Optional[str]:
+    """Slurm's version as its clients report it (``slurm 22.05.8``), or None."""
+    try:
+        proc = subprocess.run(["scontrol", "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def _proot_engine(profile: ClusterProfile, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The proot that ran udocker's P1/P2 modes: the profile's choice, the binary and its sha256 (None: native)."""
+    if profile.runtime != "udocker":
+        return None
+    try:
+        binary = engine_binary(Path(image["udocker_dir"]), image["container"], profile.proot)
+    except UdockerError as exc:
+        return {"choice": profile.proot, "binary": None, "sha256": None, "note": str(exc)}
+    return {"choice": profile.proot, "binary": str(binary), "sha256": sha256_file(binary)}
+
+
+def epoch_metrics(history_csv: Path) -> list[dict[str, float]]:
+    """The metrics of every epoch from ``history.csv`` (``epoch`` counted from 0, as Keras writes it)."""
+    if not history_csv.is_file():
+        return []
+    with open(history_csv, newline="") as handle:
+        return [{key: float(value) for key, value in row.items() if value != ""} for row in csv.DictReader(handle)]
+
+
+def _machines(results: list[dict[str, object]]) -> dict[str, Any]:
+    """Each host's CPU, GPUs and driver, as its first rank saw them."""
+    machines: dict[str, Any] = {}
+    for result in results:
+        machines.setdefault(str(result["hostname"]), result["machine"])
+    return machines
 
 
 def _files_sha256(paths: list[Path]) -> dict[str, str]:
@@ -51,6 +123,10 @@ def slurm_record(logs_dir: Path) -> dict[str, Any]:
     return {
         "job_id": os.environ.get("SLURM_JOB_ID"),
         "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
+        "partition": os.environ.get("SLURM_JOB_PARTITION"),
+        "account": os.environ.get("SLURM_JOB_ACCOUNT"),
+        "cpus_per_task": os.environ.get("SLURM_CPUS_PER_TASK"),
+        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
         "nodelist": first["SLURM_STEP_NODELIST"],
         "tasks_per_node": first["SLURM_STEP_TASKS_PER_NODE"],
         "staging": {r["hostname"]: {"bytes": r["bytes_copied"], "seconds": r["seconds"]}
@@ -68,10 +144,11 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
     shard_files = [index.parent / s["file"] for split in dataset_index["splits"].values() for s in split["shards"]]
     outputs = [out_dir / n for n in ("model.keras", "metrics.json", "history.csv")]
     record = {
+        "record_version": RECORD_VERSION,
         "experiment": name,
-        "config": {"experiment": dict(spec), "dataset": dict(config["datasets"][spec["dataset"]]),
-                   "catalog": config["catalog"], "lock": config["lock"]},
-        "profile": {k: str(v) for k, v in asdict(profile).items()},
+        "config": jsonable({"experiment": spec, "dataset": config["datasets"][spec["dataset"]],
+                            "catalog": config["catalog"], "lock": config["lock"]}),
+        "profile": jsonable(profile),
         "image": {"name": image["image"], "reference": image["reference"], "registry": image["registry"],
                   "digest": image["digest"], "container": image["container"], "execmode": image["execmode"]},
         "runtime": profile.runtime,
@@ -80,7 +157,12 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
         "versions": {"tensorflow": results[0]["tensorflow"], "horovod": results[0]["horovod"],
                      "python_in_runtime": results[0]["python"], "python_host": platform.python_version(),
-                     "hvdflow": __version__},
+                     "hvdflow": __version__, "udocker": _package_version("udocker"),
+                     "snakemake": _package_version("snakemake"),
+                     "slurm": _slurm_version() if profile.slurm else None},
+        "proot": _proot_engine(profile, image),
+        "machines": _machines(results),
+        "numerics": results[0]["numerics"],
         "ranks": [{k: r[k] for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices", "cpus",
                                      "threads", "controller", "weights_sha256", "first_step_unix")} for r in results],
         "cpu_bind": profile.cpu_bind,
@@ -92,6 +174,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "seconds": round(ended - started, 3),
         "inputs_sha256": _files_sha256([index, *shard_files]),
         "outputs_sha256": _files_sha256(outputs),
+        "history": epoch_metrics(out_dir / "history.csv"),
         "command": sys.argv,
     }
     return record

@@ -1,0 +1,74 @@
+"""What of a rank's machine and of TensorFlow's settings can change its floating-point results, for the run record.
+
+The CPU's model and instruction-set flags decide which kernels oneDNN and Eigen pick (AVX-512 against AVX2 sum in
+other orders); oneDNN itself, op determinism, the thread counts and Horovod's tensor fusion change the order of
+sums too. Each rank reports these; the host puts them in ``run.json`` so that a rerun can say why weights differ.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Dict, List, Optional
+
+NVIDIA_DRIVER = "/proc/driver/nvidia/version"
+
+
+def cpu_facts(cpuinfo: str = "/proc/cpuinfo") -> Dict[str, object]:
+    """The first CPU's model name and its flags (sorted), and the machine architecture."""
+    model: Optional[str] = None
+    flags: List[str] = []
+    try:
+        with open(cpuinfo) as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key in ("flags", "Features") and not flags:
+                    flags = sorted(value.split())
+                if model is not None and flags:
+                    break
+    except OSError:
+        pass
+    return {"model": model, "flags": flags, "architecture": platform.machine()}
+
+
+def nvidia_driver(path: str = NVIDIA_DRIVER) -> Optional[str]:
+    """The NVIDIA kernel driver's version line, or None where there is none."""
+    try:
+        with open(path) as handle:
+            return handle.readline().strip() or None
+    except OSError:
+        return None
+
+
+def gpu_facts(tf, gpus: list) -> List[Dict[str, object]]:  # type: ignore[no-untyped-def,type-arg]
+    """Name and compute capability of each GPU this rank sees."""
+    found = []
+    for gpu in gpus:
+        details = tf.config.experimental.get_device_details(gpu)
+        capability = details.get("compute_capability")
+        found.append({"name": details.get("device_name", gpu.name),
+                      "compute_capability": ".".join(str(part) for part in capability) if capability else None})
+    return found
+
+
+def numerics(tf, deterministic_allreduce: bool) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+    """The settings of this process that fix the order of floating-point sums."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        onednn_built: Optional[bool] = bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        onednn_built = None
+    enabled = getattr(tf.config.experimental, "is_op_determinism_enabled", None)  # TensorFlow >= 2.10
+    return {
+        "onednn_built": onednn_built,
+        "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "op_determinism": bool(enabled()) if enabled else None,
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+        "deterministic_allreduce": deterministic_allreduce,
+        "HOROVOD_FUSION_THRESHOLD": os.environ.get("HOROVOD_FUSION_THRESHOLD"),
+    }
