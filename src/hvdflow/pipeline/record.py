@@ -45,7 +45,7 @@ def _git_revision(directory: Path) -> dict[str, Any]:
         return subprocess.run(["git", "-C", str(directory), *args], capture_output=True, text=True, check=True).stdout
 
     try:
-        changed = git("diff", "HEAD", "--name-only", "--diff-filter=ACMRT").split()
+        changed = git("diff", "HEAD", "--name-only", "--diff-filter=ACMRT").splitlines()
         diff = git("diff", "HEAD", "--binary", "--diff-filter=ACMRT") if changed else ""
         return {"commit": git("rev-parse", "HEAD").strip(), "dirty": bool(changed), "changed_files": changed,
                 "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if changed else None}
