@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -90,7 +92,7 @@ def test_second_call_has_nothing_to_do_and_a_changed_hyperparameter_reruns_only_
         config.write_text(original)
     jobs = dry.stdout + dry.stderr
     assert dry.returncode == 0, jobs
-    for rule in ("train", "evaluate", "plot_learning_curves", "plot_confusion_matrix"):
+    for rule in ("train", "evaluate", "plot_learning_curves", "plot_confusion_matrix", "record_page"):
         assert f"rule {rule}:" in jobs
     for rule in ("pull_image", "list_dataset", "prepare_chunk", "prepare_dataset"):
         assert f"rule {rule}:" not in jobs
@@ -100,8 +102,14 @@ def test_report_has_the_figures(demo: Pipeline) -> None:
     proc = demo.snakemake("--report", "report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (demo.root / "report.html").read_text()
-    for name in ("learning_curves.png", "confusion_matrix.png", "per_class.png", "evaluation.json"):
+    for name in ("learning_curves.png", "confusion_matrix.png", "per_class.png", "evaluation.json", "run-record.html"):
         assert name in html
+    # the run record's page, embedded in the report, names the image by digest and the code's commit
+    record = demo.json("results/demo/run.json")
+    embedded = re.findall(r"data:text/html;[^,\"']*base64,([A-Za-z0-9+/=]+)", html)
+    pages = [base64.b64decode(m).decode(errors="replace") for m in embedded]
+    assert any(record["image"]["digest"] in p and str(record["code"]["commit"]) in p for p in pages), \
+        f"{len(pages)} embedded HTML pages, none with the record's digest and commit"
 
 
 def test_rerun_from_scratch_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,

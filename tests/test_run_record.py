@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hvdflow.config.profile import load_profile
 from hvdflow.pipeline.record import _git_revision, epoch_metrics, jsonable, run_record
+from hvdflow.pipeline.record_page import record_page
 from pipeline_run import check_run_record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,7 +65,8 @@ def _rank(rank: int) -> dict[str, object]:
                          "HOROVOD_FUSION_THRESHOLD": None}}
 
 
-def test_a_record_of_a_local_run_matches_the_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _local_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The record of a 2-rank run on this machine, made from files as a run leaves them (no training)."""
     monkeypatch.setenv("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     profile = load_profile(REPO / "profiles" / "local" / "hvdflow.yaml")
     image = tmp_path / "image.json"
@@ -80,10 +83,15 @@ def test_a_record_of_a_local_run_matches_the_schema(tmp_path: Path, monkeypatch:
     spec = {"dataset": "d", "seed": 1, "epochs": 1}
     config = {"datasets": {"d": {"seed": 2}}, "catalog": "containers/catalog.yaml", "lock": "containers/images.lock.yaml"}
     record = run_record("e", spec, config, profile, image, index, out, tmp_path / "logs", [_rank(0), _rank(1)], 0.0, 1.0)
-    # the profile asked for the image's proot, which this container (there is none) does not carry: named, not hidden
-    assert record["proot"]["binary"] is None and "carries no proot" in record["proot"]["note"]
     record["attempts"] = [{"attempt": 1, "slurm_job_id": None, "slurm_restart_count": None, "host": "h",
                            "start_unix": 0.0, "plan": "p", "from": "the start", "outcome": "completed"}]
+    return record
+
+
+def test_a_record_of_a_local_run_matches_the_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _local_record(tmp_path, monkeypatch)
+    # the profile asked for the image's proot, which this container (there is none) does not carry: named, not hidden
+    assert record["proot"]["binary"] is None and "carries no proot" in record["proot"]["note"]
     path = tmp_path / "run.json"
     path.write_text(json.dumps(record))
     assert check_run_record(path)["history"] == [{"epoch": 0.0, "loss": 1.0}]
@@ -91,3 +99,12 @@ def test_a_record_of_a_local_run_matches_the_schema(tmp_path: Path, monkeypatch:
     path.write_text(json.dumps(record))
     with pytest.raises(AssertionError, match="profile/runtime: 'docker' is not one of"):
         check_run_record(path)
+
+
+def test_the_report_page_shows_the_record_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = _local_record(tmp_path, monkeypatch)
+    record["experiment"] = "<b>e</b>"
+    page = record_page(record)
+    assert f"hvdflow/hvdflow-cpu:t@sha256:{SHA}" in page and "<b>e</b>" not in page and "&lt;b&gt;e&lt;/b&gt;" in page
+    assert "Slurm</th><td>none: this machine" in page and "1 flags: avx2" in page
+    assert page.count("<tr><td>") == 2 + 1 + 1  # two ranks, one host, one attempt

@@ -136,13 +136,15 @@ def get_train_inputs(wildcards):
 
 
 def get_final_outputs():
-    """Evaluation and report figures of every experiment; a confusion matrix for single-label data only."""
+    """Evaluation, report figures and the run record's page of every experiment; a confusion matrix for single-label
+    data only."""
     outputs = []
     for name, entry in config["experiments"].items():
         outputs += [
             f"results/{name}/evaluation.json",
             f"results/{name}/plots/learning_curves.png",
             f"results/{name}/plots/per_class.png",
+            f"results/{name}/run-record.html",
         ]
         if task_of(config["datasets"][entry["dataset"]]) == "single-label":
             outputs.append(f"results/{name}/plots/confusion_matrix.png")

@@ -44,3 +44,19 @@ rule plot_per_class:
     localrule: True
     run:
         steps.per_class_rule(wildcards, input, output, log)
+
+
+rule record_page:
+    input:
+        record="results/{experiment}/run.json",
+    output:
+        page=report(
+            "results/{experiment}/run-record.html",
+            caption="../report/run_record.rst",
+            category="{experiment}",
+        ),
+    log:
+        "logs/record_page/{experiment}.log",
+    localrule: True
+    run:
+        steps.record_page_rule(input, output, log)

@@ -160,6 +160,14 @@ def evaluate_rule(input: Any, output: Any, log: Any, config: Mapping[str, Any], 
                   Path(output.evaluation), Path(log[0]))
 
 
+def record_page_rule(input: Any, output: Any, log: Any) -> None:
+    """Rule record_page: the run record as a page of the report."""
+    from hvdflow.pipeline.record_page import write_record_page
+
+    with logged(Path(log[0])):
+        write_record_page(Path(input.record), Path(output.page))
+
+
 def learning_curves_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
     """Rule plot_learning_curves."""
     from hvdflow.pipeline.plots import plot_learning_curves
