@@ -11,6 +11,7 @@ import pytest
 from hvdflow.errors import LaunchError
 from hvdflow.launch.cpus import cpu_list, local_plan, slurm_plan
 from hvdflow.launch.supervise import start, supervise
+from hvdflow.slurm.jobinfo import cpus_per_task, job_fields
 
 
 def test_ranks_that_fit_get_their_own_equal_share_of_the_cores() -> None:
@@ -33,12 +34,24 @@ def test_a_local_bind_other_than_cores_or_none_is_named() -> None:
 
 
 def test_under_slurm_each_rank_owns_the_jobs_cpus_per_task() -> None:
-    assert slurm_plan(4, {"SLURM_CPUS_PER_TASK": "8"}, "cores").threads == 8
-    assert slurm_plan(4, {}, "cores").threads == 1  # the job asked for none: Slurm's default of one CPU per task
-    with pytest.raises(LaunchError, match="SLURM_CPUS_PER_TASK='x' is not a number"):
-        slurm_plan(4, {"SLURM_CPUS_PER_TASK": "x"}, "cores")
-    with pytest.raises(LaunchError, match="at least one CPU"):
-        slurm_plan(4, {"SLURM_CPUS_PER_TASK": "0"}, "cores")
+    assert slurm_plan(4, 8, "cores").threads == 8 and slurm_plan(4, 8, "cores").cores == (None,) * 4
+    with pytest.raises(LaunchError, match="a rank needs at least one"):
+        slurm_plan(4, 0, "cores")
+    # where the plugin's job step left the variable, it is the answer, without asking the controller
+    assert cpus_per_task("123", {"SLURM_CPUS_PER_TASK": "6"}) == 6
+
+
+SCONTROL_LINE = ("JobId=14 JobName=e1b2 UserId=hvdflow-ci(1001) GroupId=hvdflow-ci(1001) MCS_label=N/A Priority=1 "
+                 "Account=(null) QOS=normal JobState=RUNNING Reason=None Requeue=1 Restarts=2 BatchFlag=1 "
+                 "TimeLimit=01:00:00 Partition=debug NodeList=n[1-2] BatchHost=n1 NumNodes=2 NumCPUs=4 NumTasks=2 "
+                 "CPUs/Task=2 ReqB:S:C:T=0:0:*:* TRES=cpu=4,mem=4000M,node=2,billing=4,gres/gpu=2 "
+                 "Command=(null) WorkDir=/home/u/tree Comment=rule_train_wildcards_cluster")
+
+
+def test_the_controllers_view_of_a_job_is_read_field_by_field() -> None:
+    fields = job_fields(SCONTROL_LINE)
+    assert (fields["JobId"], fields["Restarts"], fields["CPUs/Task"], fields["Partition"]) == ("14", "2", "2", "debug")
+    assert fields["Account"] == "(null)" and fields["ReqB:S:C:T"] == "0:0:*:*"
 
 
 def test_cpu_lists_are_written_as_the_kernel_writes_them() -> None:

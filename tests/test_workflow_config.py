@@ -226,9 +226,9 @@ def train_command_lines(tree: Path, profile: str, recorder: Path) -> str:
     os.environ.setdefault("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     cluster = load_profile(tree / "profiles" / profile / "hvdflow.yaml").slurm
     assert cluster is not None
-    # the batch step sees the job's --cpus-per-task as $SLURM_CPUS_PER_TASK (none: Slurm's 1)
+    # the job's --cpus-per-task (none: Slurm's 1), which the train step learns from Slurm
     [cpus] = [a.split("=")[1] for a in argv if a.startswith("--cpus-per-task=")] or ["1"]
-    plan = slurm_plan(8, {"SLURM_CPUS_PER_TASK": cpus}, cluster.cpu_bind)
+    plan = slurm_plan(8, int(cpus), cluster.cpu_bind)
     srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"], plan.threads)
     return f"{' '.join(sbatch)}\n{' '.join(srun)}\n"
 

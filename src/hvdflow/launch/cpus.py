@@ -3,8 +3,8 @@
 On one machine (no Slurm) the ranks share the cores this process may run on (its affinity mask): with the profile's
 ``cpu_bind: cores`` each rank gets ``cores // ranks`` of them, its own, set with ``sched_setaffinity`` before it
 starts; with ``cpu_bind: none``, or with more ranks than cores, the ranks are not bound and each runs
-``max(1, cores // ranks)`` threads. Under Slurm the job's ``--cpus-per-task`` (``SLURM_CPUS_PER_TASK`` in the
-batch step, 1 where the job gave none) is what each rank owns, and srun binds it (``--cpu-bind`` from the profile).
+``max(1, cores // ranks)`` threads. Under Slurm the job's ``--cpus-per-task`` (:func:`hvdflow.slurm.jobinfo.cpus_per_task`;
+Slurm's default is 1) is what each rank owns, and srun binds it (``--cpu-bind`` from the profile).
 Either way the trainer's TensorFlow and tf.data threads are that count: the thread count is part of what fixes the
 floating-point result, so it is recorded per rank in run.json.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from hvdflow.config.profile import LOCAL_CPU_BINDS
 from hvdflow.errors import LaunchError
@@ -53,17 +53,13 @@ def local_plan(ranks: int, bind: str, available: Optional[Sequence[int]] = None)
     return CpuPlan(sets, per_rank, f"{per_rank} core(s) per rank of {len(cores)} ({cpu_list(cores)})")
 
 
-def slurm_plan(ranks: int, env: Mapping[str, str], bind: str) -> CpuPlan:
-    """The binding of a Slurm job's ranks: each owns the job's ``--cpus-per-task`` (``SLURM_CPUS_PER_TASK`` in
-    ``env``, 1 where the job set none, Slurm's default), and srun binds them with ``--cpu-bind=<bind>``."""
-    value = env.get("SLURM_CPUS_PER_TASK", "1")
-    try:
-        count = int(value)
-    except ValueError:
-        raise LaunchError(f"SLURM_CPUS_PER_TASK={value!r} is not a number of CPUs") from None
-    if count < 1:
-        raise LaunchError(f"SLURM_CPUS_PER_TASK={value!r}: a task needs at least one CPU")
-    return CpuPlan((None,) * ranks, count, f"{count} per rank (the job's --cpus-per-task), srun --cpu-bind={bind}")
+def slurm_plan(ranks: int, cpus_per_task: int, bind: str) -> CpuPlan:
+    """The binding of a Slurm job's ranks: each owns the job's ``cpus_per_task`` CPUs, bound by srun with
+    ``--cpu-bind=<bind>``."""
+    if cpus_per_task < 1:
+        raise LaunchError(f"the job gives each task {cpus_per_task} CPUs: a rank needs at least one")
+    return CpuPlan((None,) * ranks, cpus_per_task,
+                   f"{cpus_per_task} per rank (the job's --cpus-per-task), srun --cpu-bind={bind}")
 
 
 def cpu_list(cores: Sequence[int]) -> str:

@@ -28,6 +28,7 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.images.udocker_tools import engine_binary
+from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
 
 RECORD_VERSION = 1
@@ -116,17 +117,15 @@ def _files_sha256(paths: list[Path]) -> dict[str, str]:
 
 
 def slurm_record(logs_dir: Path) -> dict[str, Any]:
-    """The Slurm job a training ran in: job id, nodes, tasks per node, what staging copied on each node, and where
-    the job steps imported hvdflow from."""
+    """The Slurm job a training ran in: job id, its allocation as the controller tells it (the plugin's job step
+    hides the allocation's variables), nodes, tasks per node, what staging copied on each node, and where the job
+    steps imported hvdflow from."""
     reports = read_reports(logs_dir / "staging")
     first = reports[0]
     return {
-        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "job_id": current_job(),
         "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
-        "partition": os.environ.get("SLURM_JOB_PARTITION"),
-        "account": os.environ.get("SLURM_JOB_ACCOUNT"),
-        "cpus_per_task": os.environ.get("SLURM_CPUS_PER_TASK"),
-        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+        "allocation": allocation(current_job()),
         "nodelist": first["SLURM_STEP_NODELIST"],
         "tasks_per_node": first["SLURM_STEP_TASKS_PER_NODE"],
         "staging": {r["hostname"]: {"bytes": r["bytes_copied"], "seconds": r["seconds"]}

@@ -44,9 +44,11 @@ def _code(code: dict[str, Any]) -> str:
 def _slurm(slurm: Optional[dict[str, Any]]) -> list[tuple[str, Any]]:
     if not slurm:
         return [("Slurm", "none: this machine")]
-    return [("Slurm job", slurm["job_id"]), ("partition / account", f"{slurm['partition']} / {slurm['account']}"),
-            ("nodes", slurm["nodelist"]), ("tasks per node", slurm["tasks_per_node"]),
-            ("CPUs per task", slurm["cpus_per_task"])]
+    alloc = slurm["allocation"]
+    return [("Slurm job", f"{slurm['job_id']} (restarts: {alloc['restarts']})"),
+            ("partition / account", f"{alloc['partition']} / {alloc['account']}"), ("nodes", slurm["nodelist"]),
+            ("tasks per node", slurm["tasks_per_node"]), ("CPUs per task", alloc["cpus_per_task"]),
+            ("time limit", alloc["time_limit"])]
 
 
 def record_page(record: dict[str, Any]) -> str:

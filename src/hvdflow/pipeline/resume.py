@@ -23,7 +23,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 from hvdflow.config.experiment import RUN_SETTINGS
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.slurm.requeue import restart_count
+from hvdflow.slurm.jobinfo import restart_count
 from hvdflow_runstate import (
     CheckpointError,
     identity_differences,
@@ -128,7 +128,7 @@ def begin_attempt(folder: Path, plan: ResumePlan) -> list[dict[str, Any]]:
             attempt.update({"outcome": KILLED, "to": current_position(folder)})
     job = os.environ.get("SLURM_JOB_ID")
     attempts.append({"attempt": len(attempts) + 1, "slurm_job_id": job,
-                     "slurm_restart_count": restart_count(job) if job else None,
+                     "slurm_restart_count": restart_count(job, os.environ) if job else None,
                      "host": os.uname().nodename, "start_unix": time.time(), "plan": plan.text,
                      "from": plan.start, "outcome": "running"})
     write_json_atomic(folder / ATTEMPTS, attempts)

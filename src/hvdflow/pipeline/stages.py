@@ -27,6 +27,7 @@ from hvdflow.launch.rank_env import placements
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
 from hvdflow.pipeline.resume import begin_attempt, describe_attempts, end_attempt, load_attempts, prepare_checkpoint_folder
+from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 
@@ -108,7 +109,10 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     logs_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(logs_dir / "identity.json", dict(identity))
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
-    cpus = local_plan(spec.ranks, cpu_bind) if slurm is None else slurm_plan(spec.ranks, os.environ, slurm.cpu_bind)
+    if slurm is None:
+        cpus = local_plan(spec.ranks, cpu_bind)
+    else:
+        cpus = slurm_plan(spec.ranks, cpus_per_task(current_job(), os.environ), slurm.cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
     job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
                       spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)

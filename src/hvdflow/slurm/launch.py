@@ -33,6 +33,7 @@ from hvdflow.launch.netaddr import rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
+from hvdflow.slurm.jobinfo import current_job
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_SWEEP, read_reports
@@ -68,14 +69,6 @@ def host_code_env(env: Mapping[str, str]) -> dict[str, str]:
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     root = str(code_location())
     return {**env, "PYTHONPATH": os.pathsep.join([root, *[p for p in rest if p != root]])}
-
-
-def _job_id() -> str:
-    job = os.environ.get("SLURM_JOB_ID")
-    if not job:
-        raise LaunchError("the profile runs training through Slurm but this is not inside a Slurm job "
-                          "(no $SLURM_JOB_ID): run with --profile profiles/<slurm cluster>, not a local profile")
-    return job
 
 
 def _live_jobs(job_id: str) -> str:
@@ -191,7 +184,7 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
     they come.
     """
-    job_id = _job_id()
+    job_id = current_job()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob("rank-*.failed.json"), *logs.glob("rank-*.stopped.json")]:

@@ -9,34 +9,14 @@ a Slurm that refuses, leaves the step failing, so that the rule's ``retries`` su
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn, Optional
 
-from hvdflow.errors import LaunchError, RunStopped
+from hvdflow.errors import RunStopped
 from hvdflow.launch.supervise import note
 from hvdflow_runstate import STOPPED_EXIT
-
-
-def restart_count(job: str) -> int:
-    """How many times Slurm has restarted job ``job`` (requeues), from ``scontrol show job``.
-
-    ``$SLURM_RESTART_COUNT`` says the same in the batch shell, but the Slurm executor plugin's job step removes it
-    from the environment the rule runs in.
-    """
-    restarts = os.environ.get("SLURM_RESTART_COUNT")
-    if restarts is not None:
-        return int(restarts)
-    try:
-        shown = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise LaunchError(f"cannot ask Slurm about job {job}: {exc}") from None
-    match = re.search(r"\bRestarts=(\d+)", shown.stdout)
-    if shown.returncode != 0 or match is None:
-        raise LaunchError(f"scontrol show job {job} gave no restart count: {shown.stderr.strip() or shown.stdout[:200]}")
-    return int(match.group(1))
 
 
 def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoReturn:
