@@ -60,7 +60,7 @@ def _rank(rank: int) -> dict[str, object]:
             "tensorflow": "2.15.1", "horovod": "0.28.1", "python": "3.11.2",
             "machine": {"cpu": {"model": "m", "flags": ["avx2"], "architecture": "x86_64"}, "gpus": [],
                         "nvidia_driver": None},
-            "numerics": {"onednn_built": True, "TF_ENABLE_ONEDNN_OPTS": None, "op_determinism": True,
+            "numerics": {"onednn_enabled": True, "TF_ENABLE_ONEDNN_OPTS": None, "op_determinism": True,
                          "intra_op_threads": 1, "inter_op_threads": 1, "deterministic_allreduce": False,
                          "HOROVOD_FUSION_THRESHOLD": None}}
 

@@ -55,18 +55,28 @@ def gpu_facts(tf, gpus: list) -> List[Dict[str, object]]:  # type: ignore[no-unt
 
 
 def numerics(tf, deterministic_allreduce: bool) -> Dict[str, object]:  # type: ignore[no-untyped-def]
-    """The settings of this process that fix the order of floating-point sums."""
+    """The settings of this process that fix the order of floating-point sums.
+
+    ``onednn_enabled`` is TensorFlow's own answer (``IsMklEnabled``): whether its oneDNN kernels run, which since
+    TensorFlow 2.9 depends on the CPU (on by default only where it has AVX512_VNNI, AVX512_BF16 or AMX) unless
+    ``TF_ENABLE_ONEDNN_OPTS`` says otherwise: two machines of one image can sum in different orders.
+    """
     try:
         from tensorflow.python.util import _pywrap_util_port
 
-        onednn_built: Optional[bool] = bool(_pywrap_util_port.IsMklEnabled())
+        onednn: Optional[bool] = bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
-        onednn_built = None
-    enabled = getattr(tf.config.experimental, "is_op_determinism_enabled", None)  # TensorFlow >= 2.10
+        onednn = None
+    try:
+        from tensorflow.python.framework import config as framework_config
+
+        determinism: Optional[bool] = bool(framework_config.is_op_determinism_enabled())
+    except (ImportError, AttributeError):
+        determinism = None
     return {
-        "onednn_built": onednn_built,
+        "onednn_enabled": onednn,
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
-        "op_determinism": bool(enabled()) if enabled else None,
+        "op_determinism": determinism,
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
         "deterministic_allreduce": deterministic_allreduce,
