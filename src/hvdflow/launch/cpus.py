@@ -5,8 +5,8 @@ On one machine (no Slurm) the ranks share the cores this process may run on (its
 starts; with ``cpu_bind: none``, or with more ranks than cores, the ranks are not bound and each runs
 ``max(1, cores // ranks)`` threads. Under Slurm the job's ``--cpus-per-task`` (:func:`hvdflow.slurm.jobinfo.cpus_per_task`;
 Slurm's default is 1) is what each rank owns, and srun binds it (``--cpu-bind`` from the profile).
-Either way the trainer's TensorFlow and tf.data threads are that count: the thread count is part of what fixes the
-floating-point result, so it is recorded per rank in run.json.
+Either way the trainer's TensorFlow and tf.data threads are that count; it is recorded per rank in run.json, since
+the thread count can change the order of floating-point sums.
 """
 
 from __future__ import annotations
