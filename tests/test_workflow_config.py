@@ -177,6 +177,9 @@ def _recorded_sbatch(tree: Path, profile: str, recorder: Path) -> list[str]:
         (bin_dir / tool).symlink_to(REPO / "tests" / "slurm_recorder.py")
     made = ("resources/images/hvdflow-cpu.json", "resources/datasets/digits/manifest", "resources/datasets/digits/chunk-0",
             "resources/datasets/digits/index.json")
+    now = time.time()
+    for path in tree.rglob("*"):  # the checkout's files (the rules' inputs) older than the records made below, however
+        os.utime(path, (now - 3600,) * 2, follow_symlinks=False)  # soon after a clone this runs
     for age, path in enumerate(reversed(made)):  # older along the chain, so only the train job is due
         target = tree / path
         if target.suffix == ".json":
@@ -184,7 +187,7 @@ def _recorded_sbatch(tree: Path, profile: str, recorder: Path) -> list[str]:
             target.write_text("{}")
         else:
             target.mkdir(parents=True)
-        os.utime(target, (time.time() - 60 * (age + 1),) * 2)
+        os.utime(target, (now - 60 * (age + 1),) * 2)
     profile_config = yaml.safe_load((tree / "profiles" / profile / "config.yaml").read_text())
     accounts = [str(v) for v in [profile_config.get("default-resources", {}).get("slurm_account")] if v]
     env = {**os.environ, "PATH": f"{bin_dir}:{BIN}:{os.environ['PATH']}", "HVDFLOW_RECORDER_DIR": str(recorder),
