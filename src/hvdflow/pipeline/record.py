@@ -122,10 +122,11 @@ def slurm_record(logs_dir: Path) -> dict[str, Any]:
     steps imported hvdflow from."""
     reports = read_reports(logs_dir / "staging")
     first = reports[0]
+    job = current_job()
     return {
-        "job_id": current_job(),
+        "job_id": job,
         "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
-        "allocation": allocation(current_job()),
+        "allocation": allocation(job),
         "nodelist": first["SLURM_STEP_NODELIST"],
         "tasks_per_node": first["SLURM_STEP_TASKS_PER_NODE"],
         "staging": {r["hostname"]: {"bytes": r["bytes_copied"], "seconds": r["seconds"]}
