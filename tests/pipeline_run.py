@@ -38,6 +38,20 @@ def check_run_record(path: Path) -> dict:  # type: ignore[type-arg]
     return record
 
 
+def processes_naming(path: Path) -> list[str]:
+    """Live processes whose command line names ``path``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if str(path) in text and state not in ("Z", "X"):
+            found.append(f"{cmdline.parent.name}: {text[:300]}")
+    return found
+
+
 class Pipeline:
     """A user-owned copy of the tree where the user runs Snakemake."""
 
@@ -94,16 +108,7 @@ class Pipeline:
     def processes(self) -> list[str]:
         """Live processes whose command line names this tree (ranks, rendezvous servers, proot): none may outlive
         a run."""
-        found = []
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-            try:
-                text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if str(self.root) in text and state not in ("Z", "X"):
-                found.append(f"{cmdline.parent.name}: {text[:300]}")
-        return found
+        return processes_naming(self.root)
 
     def json(self, rel: str) -> dict:  # type: ignore[type-arg]
         """A JSON file of the tree (a run record checked against its schema)."""

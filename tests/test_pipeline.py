@@ -16,8 +16,10 @@ from typing import Iterator
 import pytest
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
-from hvdflow.images.build.image import BuiltImage
-from pipeline_run import PNG, Pipeline
+from helpers import build_tiny_layout
+from hvdflow.images.build.image import BuiltImage, push_image
+from hvdflow.testbed.registry_server import start_registry
+from pipeline_run import PNG, Pipeline, check_run_record, processes_naming
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -112,12 +114,87 @@ def test_report_has_the_figures(demo: Pipeline) -> None:
         f"{len(pages)} embedded HTML pages, none with the record's digest and commit"
 
 
-def test_rerun_from_scratch_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
-                                                   udocker_dir: Path) -> None:
-    fresh = Pipeline(hpc_user, registry, udocker_dir)
-    proc = fresh.snakemake()
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    assert fresh.json("results/demo/run.json")["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+def _rerun(user: HpcUser, record: Path, into: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hvdflow rerun RECORD --into INTO ARGS`` as the user; nothing it started may outlive it."""
+    proc = user.hvdflow("rerun", str(record), "--into", str(into), *args)
+    assert processes_naming(into) == [], "a rank, rendezvous server or proot of the rerun outlived it"
+    return proc
+
+
+def test_hvdflow_rerun_of_a_finished_run_is_identical(demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
+    recorded = demo.json("results/demo/run.json")
+    into = user_tmp / "rerun"
+    proc = _rerun(hpc_user, demo.root / "results/demo/run.json", into)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verdict: identical: bit-identical weights and metrics (exit 0)" in proc.stdout
+    report = json.loads((into / "rerun.json").read_text())
+    assert (report["exit_status"], report["differing_results"]) == (0, [])
+    assert report["dataset"].startswith(f"the recorded inputs from {demo.root}, sha256 checked")
+    new = check_run_record(into / "results/demo/run.json")
+    assert new["weights_sha256"] == recorded["weights_sha256"] and new["history"] == recorded["history"]
+    assert (new["code"]["commit"], new["code"]["diff_sha256"]) == (recorded["code"]["commit"], recorded["code"]["diff_sha256"])
+    assert new["code"]["hvdflow_source"] == str(into / "src"), "the rerun did not run the recorded revision's code"
+    assert new["image"]["digest"] == recorded["image"]["digest"]
+    assert not (into / "logs" / "prepare_chunk").exists(), "the verified dataset was prepared again"
+
+
+def test_hvdflow_rerun_without_the_inputs_prepares_them_afresh_and_gets_the_same_weights(
+        demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
+    into = user_tmp / "rerun"
+    proc = _rerun(hpc_user, demo.root / "results/demo/run.json", into, "--inputs-from", str(hpc_user.mkdir(user_tmp / "none")))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((into / "rerun.json").read_text())["dataset"] == "prepared afresh, sha256 checked"
+    assert (into / "logs" / "prepare_chunk").is_dir()
+
+
+def test_hvdflow_rerun_refuses_an_edited_shard_naming_it(demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
+    inputs = user_tmp / "inputs"
+    shutil.copytree(demo.root / "resources", inputs / "resources")
+    _chown_tree(inputs, hpc_user.uid, hpc_user.gid)
+    shard = inputs / "resources/datasets/digits/chunk-0/train-00000.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[200] ^= 0x01
+    shard.write_bytes(bytes(data))
+    into = user_tmp / "rerun"
+    proc = _rerun(hpc_user, demo.root / "results/demo/run.json", into, "--inputs-from", str(inputs))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recorded = demo.json("results/demo/run.json")["inputs_sha256"]["resources/datasets/digits/chunk-0/train-00000.tfrecord"]
+    assert f"hvdflow: error: {shard}: sha256 " in proc.stderr and f"but the record says {recorded}" in proc.stderr
+    assert not (into / "results").exists() and not (into / "rerun.json").exists(), "a refused rerun trained"
+
+
+def test_hvdflow_rerun_refuses_a_registry_serving_other_bytes_under_the_tag(
+        demo: Pipeline, hpc_user: HpcUser, user_tmp: Path, cpu_image: BuiltImage, build_log: Path) -> None:
+    other, url = start_registry(user_tmp / "other-registry")
+    try:
+        repository, tag = "hvdflow/hvdflow-cpu", cpu_image.tag
+        impostor = build_tiny_layout(user_tmp / "impostor", tag, "not the recorded image")
+        push_image(impostor, url, repository, tag, build_log)
+        into = user_tmp / "rerun"
+        proc = _rerun(hpc_user, demo.root / "results/demo/run.json", into, "--registry", url)
+    finally:
+        other.terminate()
+        other.wait()
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert impostor.manifest_digest in proc.stderr and cpu_image.manifest_digest in proc.stderr, proc.stderr[-3000:]
+    assert "the image changed in the registry" in proc.stderr
+    assert not (into / "results").exists() and not (into / "resources/images/hvdflow-cpu.json").exists()
+
+
+def test_hvdflow_rerun_of_a_record_with_another_seed_runs_and_names_what_differs(
+        demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
+    record = demo.json("results/demo/run.json")
+    record["config"]["experiment"]["seed"] = 1235
+    edited = user_tmp / "run.json"
+    edited.write_text(json.dumps(record))
+    into = user_tmp / "rerun"
+    proc = _rerun(hpc_user, edited, into, "--repo", str(demo.root), "--inputs-from", str(demo.root))
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((into / "rerun.json").read_text())
+    assert report["differing_results"][0] == "weights_sha256", report["differing_results"]
+    assert "final loss" in report["differing_results"] and "loss epoch 10" in report["differing_results"]
+    assert report["differing_context"] == ["seeds.training"]
+    assert "! weights_sha256" in proc.stdout and "verdict: differs (exit 3)" in proc.stdout
 
 
 def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,

@@ -1,5 +1,5 @@
 """The ``hvdflow`` command: build, push and pull images, install cluster profiles, serve a test registry, run the
-smoke job, start the test-bed cluster."""
+smoke job, rerun a recorded run, start the test-bed cluster."""
 
 from __future__ import annotations
 
@@ -145,6 +145,15 @@ def cmd_profile_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rerun(args: argparse.Namespace) -> int:
+    """Rerun a recorded run and compare: 0 identical, 3 differs, 4 differs within the tolerance."""
+    from hvdflow.rerun.run import RerunRequest, rerun
+
+    request = RerunRequest(record=args.record, into=args.into, repo=args.repo, inputs_from=args.inputs_from,
+                           registry=args.registry, allow_dirty=args.allow_dirty, tolerance=args.tolerance)
+    return rerun(request).exit_status
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hvdflow`` command."""
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
@@ -190,6 +199,28 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: profiles/ of the working directory)")
     install.add_argument("--force", action="store_true", help="replace an installed profile of that name that differs")
     install.set_defaults(func=cmd_profile_install)
+
+    from hvdflow.rerun.compare import DEFAULT_TOLERANCE, EXIT_DIFFERS, EXIT_WITHIN_TOLERANCE
+
+    again = sub.add_parser("rerun", help="rerun a recorded run (its run.json) as recorded and compare the results",
+                           description=f"Rerun results/<experiment>/run.json with its recorded code revision, config, "
+                           f"profile settings, image digest and prepared dataset, then print the recorded and the new "
+                           f"results side by side. Exit 0: identical; {EXIT_DIFFERS}: differs; {EXIT_WITHIN_TOLERANCE}: "
+                           f"other weights but every final metric within --tolerance; 1: refused (the reason named).")
+    again.add_argument("record", type=Path, help="the recorded run's run.json")
+    again.add_argument("--into", type=Path, default=None, help="the new worktree (default: reruns/<experiment>-<time> "
+                       "in the recorded run's directory)")
+    again.add_argument("--repo", type=Path, default=None, help="git repository holding the recorded commit (default: "
+                       "the checkout the run was made in)")
+    again.add_argument("--inputs-from", type=Path, default=None, help="directory holding the recorded inputs at their "
+                       "recorded paths (default: the recorded run's directory; none there: prepared afresh)")
+    again.add_argument("--allow-dirty", action="store_true", help="rerun the clean commit of a run made with "
+                       "uncommitted changes that are no longer available, or HEAD for a run with no revision")
+    again.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="largest absolute difference of a "
+                       f"final metric that counts as agreeing when the weights differ (default {DEFAULT_TOLERANCE})")
+    again.add_argument("--registry", default=None, help="pull from this registry instead of the recorded one (the "
+                       "recorded digest must still match)")
+    again.set_defaults(func=cmd_rerun)
 
     bed = sub.add_parser("testbed", help="a real Slurm cluster on this machine, nodes in namespaces (root)")
     bed.add_argument("action", choices=("start", "stop", "status"))

@@ -31,3 +31,7 @@ class RunStopped(LaunchError):
 
 class DatasetError(HvdflowError):
     """A dataset cannot be prepared, or a prepared one is incomplete."""
+
+
+class RerunRefused(HvdflowError):
+    """A recorded run cannot be rerun as recorded: its code, image or inputs are not what the record names."""

@@ -46,6 +46,13 @@ def sha256_file(path: str, chunk: int = 1 << 20) -> str:
     return sha.hexdigest()
 
 
+def content_sha256(index: Dict[str, object]) -> str:
+    """The sha256 of an index's content less the preparation's timings (``preparation``): equal for two
+    preparations of the same data, where the file's own sha256 differs."""
+    content = {key: value for key, value in index.items() if key != "preparation"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def write_json(path: str, data: object) -> None:
     """Write ``data`` as JSON atomically (a temporary file beside ``path``, then renamed)."""
     tmp = os.path.join(os.path.dirname(path), ".%s.tmp" % os.path.basename(path))

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
@@ -66,10 +66,10 @@ class ClusterProfile:
     native_venv_dir: Path
     slurm: Optional[SlurmCluster] = None
     step_timeout: Optional[float] = None
-    cpu_bind: str = "cores"
-    """How ranks are bound to cores: ``cores`` or ``none`` on one machine; srun's ``--cpu-bind`` value under Slurm."""
     """Seconds one pipeline step may run (``step_timeout_minutes``); None: no limit of hvdflow's own (under Slurm,
     the job's time limit is the limit)."""
+    cpu_bind: str = "cores"
+    """How ranks are bound to cores: ``cores`` or ``none`` on one machine; srun's ``--cpu-bind`` value under Slurm."""
 
 
 def _expand(where: str, value: Any) -> str:
@@ -154,3 +154,23 @@ def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster
                         network_interface=interface,
                         srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra),
                         signal_grace_seconds=grace, cpu_bind=cpu_bind)
+
+
+def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``hvdflow.yaml`` settings that load back into the profile a run record holds (its ``profile``: a
+    ClusterProfile as JSON), so a rerun runs where and how the recorded run did."""
+    settings: dict[str, Any] = {
+        "registry": recorded["registry"], "runtime": recorded["runtime"], "launcher": recorded["launcher"],
+        "proot": recorded["proot"], "udocker_dir": str(recorded["udocker_dir"]),
+        "network_interface": recorded["network_interface"], "native_venv_dir": str(recorded["native_venv_dir"]),
+        "cpu_bind": recorded["cpu_bind"], "scheduler": "none" if recorded["slurm"] is None else "slurm",
+    }
+    if recorded["execmode"] is not None:
+        settings["execmode"] = recorded["execmode"]
+    if recorded["step_timeout"] is not None:
+        settings["step_timeout_minutes"] = float(recorded["step_timeout"]) / 60
+    slurm = recorded["slurm"]
+    if slurm is not None:
+        settings["slurm"] = {"scratch_dir": str(slurm["scratch_dir"]), "gpus_per_node": slurm["gpus_per_node"],
+                             "srun_extra": list(slurm["srun_extra"]), "signal_grace_seconds": slurm["signal_grace_seconds"]}
+    return settings

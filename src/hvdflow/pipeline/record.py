@@ -30,6 +30,7 @@ from hvdflow.files.cache import sha256_file
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
+from hvdflow_index import content_sha256
 
 RECORD_VERSION = 1
 """The shape of run.json; raised whenever a key changes meaning or goes away."""
@@ -173,6 +174,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ended)),
         "seconds": round(ended - started, 3),
         "inputs_sha256": _files_sha256([index, *shard_files]),
+        "dataset_index_content_sha256": content_sha256(dataset_index),
         "outputs_sha256": _files_sha256(outputs),
         "history": epoch_metrics(out_dir / "history.csv"),
         "command": sys.argv,
