@@ -39,6 +39,7 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert len(evaluation["confusion_matrix"]) == 10 and set(evaluation["per_class"]) == {str(d) for d in range(10)}
     record = demo.json("results/demo/run.json")
     assert record["image"]["digest"] == cpu_image.manifest_digest
+    assert record["image_lock"]["hvdflow-cpu"]["digest"] == cpu_image.manifest_digest  # the lock's content, as read
     assert record["image"]["reference"] == "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11"
     assert [r["rank"] for r in record["ranks"]] == [0, 1]
     # the two ranks were bound to cores of their own, as many as their threads (the CPU binding: tests/test_smoke.py)

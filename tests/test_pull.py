@@ -15,8 +15,9 @@ from conftest import HpcUser, TinyRepo
 from hvdflow.images.build.image import BuiltImage
 
 
-def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: Optional[dict[str, str]] = None):
-    return user.hvdflow("image", "pull", "tiny", "--catalog", str(catalog), "--registry", registry,
+def _pull(user: HpcUser, catalog: Path, registry: str, udocker_dir: Path, *extra: str, env: Optional[dict[str, str]] = None,
+          action: str = "pull"):
+    return user.hvdflow("image", action, "tiny", "--catalog", str(catalog), "--registry", registry,
                         "--udocker-dir", str(udocker_dir), *extra, extra_env=env or {}, timeout=300)
 
 
@@ -79,11 +80,12 @@ def test_digest_changed_under_lock_fails_until_update(hpc_user: HpcUser, tiny_re
     assert refused.returncode == 1
     assert f"resolved to {new.manifest_digest}" in refused.stderr
     assert f"pins {tiny_repo.repository}:moving at {old.manifest_digest}" in refused.stderr
-    assert "--update-lock" in refused.stderr
+    assert "hvdflow image update tiny" in refused.stderr
     assert old.manifest_digest in (catalog.parent / "images.lock.yaml").read_text()
 
-    updated = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir, "--update-lock")
+    updated = _pull(hpc_user, catalog, tiny_repo.registry.url, udocker_dir, action="update")
     assert updated.returncode == 0, updated.stderr
+    assert f"tiny ({tiny_repo.repository}:moving) moved from {old.manifest_digest} to {new.manifest_digest}" in updated.stderr
     assert json.loads(updated.stdout)["digest"] == new.manifest_digest
     assert new.manifest_digest in (catalog.parent / "images.lock.yaml").read_text()
 

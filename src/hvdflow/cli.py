@@ -38,7 +38,6 @@ def _pull_args(parser: argparse.ArgumentParser) -> None:
     _catalog_args(parser)
     _registry_arg(parser)
     parser.add_argument("--lock", type=Path, default=None, help="lock file (default: images.lock.yaml beside the catalogue)")
-    parser.add_argument("--update-lock", action="store_true", help="accept a digest that differs from the lock")
     parser.add_argument("--udocker-dir", type=Path, default=None, help="udocker directory (default: $HVDFLOW_UDOCKER_DIR "
                         "or ~/.local/share/hvdflow/udocker)")
     parser.add_argument("--execmode", choices=EXECMODES, default=None, help="udocker execution mode (default: catalogue's)")
@@ -52,20 +51,32 @@ def _require_registry(args: argparse.Namespace) -> str:
     return str(args.registry).rstrip("/")
 
 
-def _pull(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[no-untyped-def]
+    from hvdflow.images.lockfile import read_lock
     from hvdflow.images.pull import ensure_container, pull_image
 
     catalog = load_catalog(args.catalog)
     spec = get_image(catalog, args.image, args.catalog)
     udocker = Udocker(args.udocker_dir or default_udocker_dir(), allow_root=args.allow_root)
     lock = args.lock or args.catalog.parent / "images.lock.yaml"
-    manifest = pull_image(udocker, spec, _require_registry(args), lock, update_lock=args.update_lock)
+    before = read_lock(lock).get(spec.name)
+    manifest = pull_image(udocker, spec, _require_registry(args), lock, update_lock=update_lock)
+    if update_lock and before is not None and before.digest != manifest.digest:
+        print(f"hvdflow: {lock}: {spec.name} ({spec.reference}) moved from {before.digest} to {manifest.digest}",
+              file=sys.stderr)
     return udocker, ensure_container(udocker, spec, manifest, args.execmode)
 
 
 def cmd_image_pull(args: argparse.Namespace) -> int:
     """Pull, verify and lock an image, create its container, and print the container record."""
     _, record = _pull(args)
+    sys.stdout.write(record.to_json())
+    return 0
+
+
+def cmd_image_update(args: argparse.Namespace) -> int:
+    """Pull an image whose tag moved in the registry and lock its new digest (saying both); print the record."""
+    _, record = _pull(args, update_lock=True)
     sys.stdout.write(record.to_json())
     return 0
 
@@ -159,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    image = sub.add_parser("image", help="build, push and pull images").add_subparsers(dest="action", required=True)
+    image = sub.add_parser("image", aliases=["images"], help="build, push, pull and update images"
+                           ).add_subparsers(dest="action", required=True)
     for name, func, helptext in (("build", cmd_image_build, "build an image from its recipe"),
                                  ("push", cmd_image_push, "build and push an image to a registry")):
         p = image.add_parser(name, help=helptext)
@@ -171,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     pull = image.add_parser("pull", help="pull, verify and lock an image and create its container")
     _pull_args(pull)
     pull.set_defaults(func=cmd_image_pull)
+    update = image.add_parser("update", help="accept the digest a locked image's tag now resolves to: pull, verify, "
+                              "rewrite its lock entry (both digests said) and create its container")
+    _pull_args(update)
+    update.set_defaults(func=cmd_image_update)
 
     registry = sub.add_parser("registry", help="a local registry").add_subparsers(dest="action", required=True)
     serve = registry.add_parser("serve", help="serve Debian's docker-registry on 127.0.0.1 until stopped")

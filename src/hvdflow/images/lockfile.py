@@ -13,7 +13,7 @@ from hvdflow.files.yamlfile import check_keys, load_mapping
 
 HEADER = (
     "# Written by `hvdflow image pull`: the manifest digest each image resolved to. Commit it to pin your images;\n"
-    "# a pull that finds another digest fails until you run it with --update-lock.\n"
+    "# a pull that finds another digest fails until you run `hvdflow image update <name>`.\n"
 )
 
 
@@ -54,7 +54,7 @@ def check_against_lock(path: Path, name: str, reference: str, digest: str, updat
         return True
     raise ImageError(
         f"image {name} ({reference}) resolved to {digest}, but {path} pins {entry.reference} at {entry.digest}; "
-        "the image changed in the registry. Pull with --update-lock to accept the new digest."
+        f"the image changed in the registry. Run `hvdflow image update {name}` to accept the new digest."
     )
 
 

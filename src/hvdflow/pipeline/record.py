@@ -27,6 +27,7 @@ from hvdflow import __version__, code_location
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
+from hvdflow.images.lockfile import read_lock
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
@@ -150,6 +151,8 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "config": jsonable({"experiment": spec, "dataset": config["datasets"][spec["dataset"]],
                             "catalog": config["catalog"], "lock": config["lock"]}),
         "profile": jsonable(profile),
+        "image_lock": {name: {"reference": e.reference, "digest": e.digest}
+                       for name, e in sorted(read_lock(Path(config["lock"])).items())},
         "image": {"name": image["image"], "reference": image["reference"], "registry": image["registry"],
                   "digest": image["digest"], "container": image["container"], "execmode": image["execmode"]},
         "runtime": profile.runtime,
