@@ -74,6 +74,27 @@ time.sleep(300)
 """
 
 
+def test_a_ctrl_c_between_the_start_of_the_ranks_and_their_supervision_is_passed_on(tmp_path: Path) -> None:
+    # the worker thread may reach supervise() after the Ctrl-C was counted: the count the ranks started with decides
+    before = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        watch_interrupts()
+        ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_STOPPING_ON_SIGINT], tmp_path / f"rank-{r}.log", {},
+                       rank=True) for r in range(2)]
+        deadline = time.monotonic() + 30
+        while not all("ready" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2)):
+            assert time.monotonic() < deadline, "the ranks did not start"
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the handler has run in this (the main) thread
+        with pytest.raises(RunStopped):
+            supervise(ranks, timeout=60)
+        assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
+        assert all(group_members(r.proc.pid) == [] for r in ranks)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_ctrl_c_in_the_main_thread_reaches_ranks_supervised_in_another_thread(tmp_path: Path) -> None:
     # Snakemake runs a rule body in a worker thread and waits for it after a Ctrl-C; the ranks, in sessions of their
     # own, never see the terminal's signal: supervise passes it on, so they checkpoint and stop

@@ -37,6 +37,9 @@ class Supervised:
     proc: subprocess.Popen[bytes]
     rank: bool = False
     """A training rank: it checkpoints and stops on :data:`STOP_SIGNALS` (the processes above it ignore them)."""
+    interrupts_before: int = 0
+    """How many Ctrl-C this process had got before it started: a later one, even before :func:`supervise` runs,
+    is passed on."""
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -102,7 +105,7 @@ def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], ra
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
                                 start_new_session=True, preexec_fn=before_exec if rank or cores is not None else None)
-    return Supervised(label, log, proc, rank)
+    return Supervised(label, log, proc, rank, _Interrupts.count)
 
 
 def stop(processes: Sequence[Supervised]) -> None:
@@ -211,7 +214,7 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
     :func:`watch_interrupts`) goes on to the ranks' process groups as SIGINT: they checkpoint and stop together.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    interrupts = _Interrupts.count
+    interrupts = min((p.interrupts_before for p in processes), default=_Interrupts.count)
     pending = list(processes)
     stopped: list[Supervised] = []
     finished: list[Supervised] = []
