@@ -148,6 +148,36 @@ def test_hvdflow_rerun_without_the_inputs_prepares_them_afresh_and_gets_the_same
     assert (into / "logs" / "prepare_chunk").is_dir()
 
 
+def test_ctrl_c_stops_a_rerun_after_a_checkpoint_and_its_worktree_goes_on(demo: Pipeline, hpc_user: HpcUser,
+                                                                         user_tmp: Path) -> None:
+    into = user_tmp / "rerun"
+    env = [f"{k}={v}" for k, v in hpc_user.env().items()]
+    running = subprocess.Popen(["runuser", "-u", hpc_user.name, "--", "env", "-i", *env, str(hpc_user.venv / "bin/python"),
+                                "-m", "hvdflow", "rerun", str(demo.root / "results/demo/run.json"), "--into", str(into)],
+                               cwd=hpc_user.workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               stdin=subprocess.DEVNULL, start_new_session=True)
+    log = into / "logs/train/demo.log"
+    deadline = time.monotonic() + 600
+    while "hvdflow: epoch 2/10" not in (log.read_text() if log.exists() else ""):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-5000:]
+        time.sleep(0.1)
+    os.killpg(running.pid, signal.SIGINT)  # Ctrl-C reaches hvdflow rerun and the Snakemake it started
+    stopped = Pipeline.finish(running, timeout=300)
+    assert stopped.returncode == 1, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+    assert "hvdflow: error: interrupted while training demo" in stopped.stderr, stopped.stderr[-3000:]
+    assert processes_naming(into) == [], "a rank, rendezvous server or proot outlived the interrupted rerun"
+    assert not (into / "results/demo/run.json").exists() and not (into / "rerun.json").exists()
+    manifest = json.loads((into / "results/demo/checkpoints/manifest.json").read_text())
+    assert manifest["checkpoints"][-1]["reason"] == "signal SIGINT" and not manifest["finished"], manifest
+    command = re.search(r"`(snakemake [^`]+)` there goes on", stopped.stderr)
+    assert command, stopped.stderr[-3000:]
+    resumed = hpc_user.run(["bash", "-c", f"cd {into} && {command.group(1)}"])
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    record = check_run_record(into / "results/demo/run.json")
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    assert processes_naming(into) == []
+
+
 def test_hvdflow_rerun_refuses_an_edited_shard_naming_it(demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
     inputs = user_tmp / "inputs"
     shutil.copytree(demo.root / "resources", inputs / "resources")

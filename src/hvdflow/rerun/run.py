@@ -50,13 +50,23 @@ def _snakemake(root: Path, settings: Settings, target: str, log: Optional[Path],
     argv = [sys.executable, "-m", "snakemake", "--profile", str(settings.snakemake_profile),
             "--configfile", str(settings.experiment_config), "--", target]
     print(f"hvdflow rerun: {what}: {' '.join(argv[1:])} (in {root})", flush=True)
-    proc = subprocess.run(argv, cwd=root, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
+    proc = subprocess.Popen(argv, cwd=root, stdin=subprocess.DEVNULL)
+    interrupted = False
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:  # Snakemake, in this terminal's process group, got the same Ctrl-C: let it stop
+            interrupted = True     # its ranks after their checkpoint (subprocess.run would SIGKILL it, orphaning them)
+    if interrupted:
+        raise HvdflowError(f"interrupted while {what}; Snakemake stopped (exit {code}). The rerun's worktree {root} "
+                           f"stays: `snakemake --profile {settings.snakemake_profile} --configfile "
+                           f"{settings.experiment_config} -- {target}` there goes on from where it stopped")
+    if code != 0:
         detail = ""
         if log is not None and log.is_file():
             detail = ":\n" + log.read_text(errors="replace")[-LOG_TAIL:].strip()
-        raise HvdflowError(f"{what} failed (Snakemake exit {proc.returncode}; log {log or root / '.snakemake/log'})"
-                           + detail)
+        raise HvdflowError(f"{what} failed (Snakemake exit {code}; log {log or root / '.snakemake/log'})" + detail)
 
 
 def _prepared_inputs(record: dict, root: Path, settings: Settings, source: Path) -> str:  # type: ignore[type-arg]
