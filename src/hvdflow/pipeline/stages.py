@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -30,6 +31,7 @@ from hvdflow.pipeline.resume import begin_attempt, describe_attempts, end_attemp
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
+from hvdflow_runstate import read_manifest
 
 LAUNCHERS = ("gloo", "mpi")
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
@@ -117,6 +119,7 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
                       spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)
     begin_attempt(checkpoints, plan)
+    started = time.time()
     try:
         if slurm is not None:
             launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus_per_task=cpus.threads)
@@ -131,11 +134,30 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     except BaseException as exc:
         for name in ("model.keras", "metrics.json"):
             (out_dir / name).unlink(missing_ok=True)
-        outcome = "stopped on a signal after a checkpoint" if isinstance(exc, RunStopped) else "failed"
-        end_attempt(checkpoints, outcome, str(exc) or type(exc).__name__)
+        stopped = stopped_after_signal_checkpoint(checkpoints, started, exc)
+        end_attempt(checkpoints, "stopped on a signal after a checkpoint" if stopped else "failed",
+                    str(exc) or type(exc).__name__)
+        if stopped is not None and stopped is not exc:
+            raise stopped from exc
         raise
     end_attempt(checkpoints, "completed")
     return results
+
+
+def stopped_after_signal_checkpoint(checkpoints: Path, since: float, failure: BaseException) -> Optional[RunStopped]:
+    """Whether a training that raised ``failure`` stopped after a checkpoint: the RunStopped itself, or a new one if
+    a rank failed only after the ranks saved a checkpoint on a stop signal (after ``since``): a time limit or a
+    preemption whose SIGKILL (KillWait after the SIGTERM) came before the ranks could exit. None otherwise."""
+    if isinstance(failure, RunStopped):
+        return failure
+    if not isinstance(failure, LaunchError):
+        return None
+    manifest = read_manifest(str(checkpoints))
+    newest = manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None  # type: ignore[index]
+    if newest is None or not str(newest.get("reason", "")).startswith("signal") or float(newest["unix"]) < since:
+        return None
+    return RunStopped(f"training stopped on a signal after a checkpoint ({newest['name']}, {newest['reason']}); "
+                      f"then {str(failure).splitlines()[0]}")
 
 
 def failure_args(fail: Optional[str]) -> list[str]:
