@@ -216,3 +216,30 @@ def test_a_rank_that_exits_0_before_the_last_epoch_is_a_failure(tmp_path: Path) 
         collect_rank_results(tmp_path, 2, 10)
     (tmp_path / "rank-1.json").write_text(json.dumps({"weights_sha256": "a", "epochs_done": 10}))
     assert len(collect_rank_results(tmp_path, 2, 10)) == 2
+
+
+def test_ranks_killed_after_a_signal_checkpoint_of_this_attempt_stopped_after_a_checkpoint(tmp_path: Path) -> None:
+    from hvdflow.errors import RunStopped
+    from hvdflow.pipeline.stages import stopped_after_signal_checkpoint
+    from hvdflow_runstate import MANIFEST, new_manifest
+
+    failure = LaunchError("training: rank 0 on n1 failed first (killed by signal 9); the job step was stopped")
+    assert stopped_after_signal_checkpoint(tmp_path, 100.0, failure) is None  # no manifest
+    manifest = new_manifest({})
+
+    def newest(reason: str, unix: float) -> None:
+        manifest["checkpoints"] = [{"name": "ckpt-11", "reason": reason, "unix": unix}]
+        (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+
+    newest("signal SIGTERM", 150.0)
+    stopped = stopped_after_signal_checkpoint(tmp_path, 100.0, failure)
+    assert isinstance(stopped, RunStopped) and "ckpt-11, signal SIGTERM); then training: rank 0" in str(stopped)
+    assert stopped_after_signal_checkpoint(tmp_path, 200.0, failure) is None  # saved by an earlier attempt
+    newest("epoch end", 150.0)
+    assert stopped_after_signal_checkpoint(tmp_path, 100.0, failure) is None  # a rank failed mid-training
+    newest("signal SIGTERM", 150.0)
+    assert stopped_after_signal_checkpoint(tmp_path, 100.0, KeyboardInterrupt()) is None
+    already = RunStopped("stopped")
+    assert stopped_after_signal_checkpoint(tmp_path, 100.0, already) is already
+    (tmp_path / MANIFEST).write_text("{not json")
+    assert stopped_after_signal_checkpoint(tmp_path, 100.0, failure) is None

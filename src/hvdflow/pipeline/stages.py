@@ -31,7 +31,7 @@ from hvdflow.pipeline.resume import begin_attempt, describe_attempts, end_attemp
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
-from hvdflow_runstate import read_manifest
+from hvdflow_runstate import CheckpointError, read_manifest
 
 LAUNCHERS = ("gloo", "mpi")
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
@@ -152,7 +152,10 @@ def stopped_after_signal_checkpoint(checkpoints: Path, since: float, failure: Ba
         return failure
     if not isinstance(failure, LaunchError):
         return None
-    manifest = read_manifest(str(checkpoints))
+    try:
+        manifest = read_manifest(str(checkpoints))
+    except CheckpointError:  # the failure is what the user must see; the next attempt names the manifest
+        return None
     newest = manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None  # type: ignore[index]
     if newest is None or not str(newest.get("reason", "")).startswith("signal") or float(newest["unix"]) < since:
         return None
