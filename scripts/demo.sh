@@ -12,7 +12,7 @@ cd "$HVDFLOW_ROOT"
 TREE_PARTS=(src containers requirements scripts pyproject.toml workflow config profiles .git)
 
 user_part() {
-  local venv
+  local venv rerun=()
   venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-$(venv_key)
   ensure_venv "$venv"
   export PATH="$venv/bin:$PATH"
@@ -25,10 +25,11 @@ user_part() {
       log "$out"
       log "this run built and pushed hvdflow-cpu itself: accepting its digest (hvdflow image update hvdflow-cpu)"
       PYTHONPATH=src python -m hvdflow image update hvdflow-cpu >/dev/null
+      rerun=(--forcerun pull_image)  # the jobs after the pull run again, in the new image
     fi
   fi
-  log "running the pipeline as $(id -un): snakemake --profile profiles/local"
-  snakemake --profile profiles/local
+  log "running the pipeline as $(id -un): snakemake --profile profiles/local ${rerun[*]:-}"
+  snakemake --profile profiles/local "${rerun[@]}"
   snakemake --profile profiles/local --report results/report.html
   log "test accuracy: $(python -c 'import json; print(json.load(open("results/demo/evaluation.json"))["accuracy"])')"
   log "report: $HVDFLOW_ROOT/results/report.html; run record: $HVDFLOW_ROOT/results/demo/run.json"
