@@ -220,7 +220,7 @@ def test_a_rank_that_exits_0_before_the_last_epoch_is_a_failure(tmp_path: Path) 
 
 def test_ranks_killed_after_a_signal_checkpoint_of_this_attempt_stopped_after_a_checkpoint(tmp_path: Path) -> None:
     from hvdflow.errors import RunStopped
-    from hvdflow.pipeline.stages import stopped_after_signal_checkpoint
+    from hvdflow.pipeline.resume import stopped_after_signal_checkpoint
     from hvdflow_runstate import MANIFEST, new_manifest
 
     failure = LaunchError("training: rank 0 on n1 failed first (killed by signal 9); the job step was stopped")

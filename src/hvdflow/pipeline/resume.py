@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional
 
 from hvdflow.config.experiment import RUN_SETTINGS
-from hvdflow.errors import LaunchError
+from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.slurm.jobinfo import restart_count
 from hvdflow_runstate import (
@@ -112,10 +112,33 @@ def describe_attempts(attempts: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _newest_checkpoint(folder: Path) -> Optional[dict[str, Any]]:
+    """The manifest's entry of the run's newest checkpoint (None: no manifest or no checkpoint yet)."""
+    manifest = read_manifest(str(folder))
+    return manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None  # type: ignore[index,return-value]
+
+
 def current_position(folder: Path) -> str:
     """Where the run's newest checkpoint leaves training, in words."""
-    manifest = read_manifest(str(folder))
-    return position(manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None)  # type: ignore[index]
+    return position(_newest_checkpoint(folder))
+
+
+def stopped_after_signal_checkpoint(checkpoints: Path, since: float, failure: BaseException) -> Optional[RunStopped]:
+    """Whether a training that raised ``failure`` stopped after a checkpoint: the RunStopped itself, or a new one if
+    a rank failed only after the ranks saved a checkpoint on a stop signal (after ``since``): a time limit or a
+    preemption whose SIGKILL (KillWait after the SIGTERM) came before the ranks could exit. None otherwise."""
+    if isinstance(failure, RunStopped):
+        return failure
+    if not isinstance(failure, LaunchError):
+        return None
+    try:
+        newest = _newest_checkpoint(checkpoints)
+    except CheckpointError:  # the failure is what the user must see; the next attempt names the manifest
+        return None
+    if newest is None or not str(newest.get("reason", "")).startswith("signal") or float(newest["unix"]) < since:
+        return None
+    return RunStopped(f"training stopped on a signal after a checkpoint ({newest['name']}, {newest['reason']}); "
+                      f"then {str(failure).splitlines()[0]}")
 
 
 def begin_attempt(folder: Path, plan: ResumePlan) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import SlurmCluster
-from hvdflow.errors import DatasetError, LaunchError, RunStopped
+from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.cpus import local_plan, slurm_plan
 from hvdflow.launch.job import TrainingJob
@@ -27,11 +27,17 @@ from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
 from hvdflow.launch.rank_env import placements
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
-from hvdflow.pipeline.resume import begin_attempt, describe_attempts, end_attempt, load_attempts, prepare_checkpoint_folder
+from hvdflow.pipeline.resume import (
+    begin_attempt,
+    describe_attempts,
+    end_attempt,
+    load_attempts,
+    prepare_checkpoint_folder,
+    stopped_after_signal_checkpoint,
+)
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
-from hvdflow_runstate import CheckpointError, read_manifest
 
 LAUNCHERS = ("gloo", "mpi")
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
@@ -142,25 +148,6 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
         raise
     end_attempt(checkpoints, "completed")
     return results
-
-
-def stopped_after_signal_checkpoint(checkpoints: Path, since: float, failure: BaseException) -> Optional[RunStopped]:
-    """Whether a training that raised ``failure`` stopped after a checkpoint: the RunStopped itself, or a new one if
-    a rank failed only after the ranks saved a checkpoint on a stop signal (after ``since``): a time limit or a
-    preemption whose SIGKILL (KillWait after the SIGTERM) came before the ranks could exit. None otherwise."""
-    if isinstance(failure, RunStopped):
-        return failure
-    if not isinstance(failure, LaunchError):
-        return None
-    try:
-        manifest = read_manifest(str(checkpoints))
-    except CheckpointError:  # the failure is what the user must see; the next attempt names the manifest
-        return None
-    newest = manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None  # type: ignore[index]
-    if newest is None or not str(newest.get("reason", "")).startswith("signal") or float(newest["unix"]) < since:
-        return None
-    return RunStopped(f"training stopped on a signal after a checkpoint ({newest['name']}, {newest['reason']}); "
-                      f"then {str(failure).splitlines()[0]}")
 
 
 def failure_args(fail: Optional[str]) -> list[str]:
