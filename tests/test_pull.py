@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -201,3 +202,89 @@ def test_udocker_as_root_is_refused(tiny_repo: TinyRepo, tmp_path: Path) -> None
     assert proc.returncode == 1
     assert "refuses to run it as root (uid 0)" in proc.stderr and "--allow-root" in proc.stderr
     assert not (tmp_path / "ud").exists(), "nothing may be created before the refusal"
+
+
+def _offline(user: HpcUser, action: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return user.hvdflow("image", action, *args, timeout=300)
+
+
+def test_save_and_load_move_the_locked_image_with_its_digest_to_a_site_without_registry(
+        hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    image = tiny_repo.push("1.0", marker=f"saved {tiny_repo.repository}")
+    catalog = tiny_repo.catalog(hpc_user, "1.0")
+    lock = catalog.parent / "images.lock.yaml"
+    archive = user_tmp / "tiny.tar"
+    unlocked = _offline(hpc_user, "save", "tiny", str(archive), "--catalog", str(catalog), "--registry", tiny_repo.registry.url)
+    assert unlocked.returncode == 1 and "is not in" in unlocked.stderr and "hvdflow image pull tiny" in unlocked.stderr
+    assert not archive.exists()
+    assert _pull(hpc_user, catalog, tiny_repo.registry.url, user_tmp / "udocker-site-a").returncode == 0
+    sums = []
+    for _ in range(2):  # the same image saves to the same bytes
+        saved = _offline(hpc_user, "save", "tiny", str(archive), "--catalog", str(catalog), "--registry", tiny_repo.registry.url)
+        assert saved.returncode == 0, saved.stderr
+        assert json.loads(saved.stdout)["digest"] == image.manifest_digest
+        sums.append(hashlib.sha256(archive.read_bytes()).hexdigest())
+    assert sums[0] == sums[1]
+    assert [p.name for p in archive.parent.iterdir() if p.name.startswith(".tiny.tar")] == [], "no partial archive left"
+
+    # the air-gapped site: its own checkout of the lock, a fresh udocker, no registry given anywhere
+    site = hpc_user.mkdir(user_tmp / "site-b")
+    site_catalog = site / "catalog.yaml"
+    shutil.copy(catalog, site_catalog)
+    shutil.copy(lock, site / "images.lock.yaml")
+    udocker_b = user_tmp / "udocker-site-b"
+    not_loaded = _offline(hpc_user, "pull", "tiny", "--catalog", str(site_catalog), "--registry", "none",
+                          "--udocker-dir", str(udocker_b))
+    assert not_loaded.returncode == 1
+    assert f"is not loaded into {udocker_b}" in not_loaded.stderr and "hvdflow image load ARCHIVE tiny" in not_loaded.stderr
+    loaded = _offline(hpc_user, "load", "tiny", str(archive), "--catalog", str(site_catalog), "--udocker-dir", str(udocker_b))
+    assert loaded.returncode == 0, loaded.stderr
+    record = json.loads(loaded.stdout)
+    assert record["digest"] == image.manifest_digest and record["registry"] == f"oci-archive:{archive}"
+    assert (site / "images.lock.yaml").read_text() == lock.read_text(), "the lock already pinned this digest"
+    again = _offline(hpc_user, "pull", "tiny", "--catalog", str(site_catalog), "--registry", "none",
+                     "--udocker-dir", str(udocker_b))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["created"] == record["created"], "the loaded image's container is reused"
+    run = hpc_user.run(["udocker", f"--config={udocker_b}/.hvdflow/udocker.conf", "run", "--nobanner",
+                        record["container"], "/bin/cat", "/marker"], extra_env={"UDOCKER_DIR": str(udocker_b)})
+    assert run.returncode == 0 and run.stdout.strip() == f"saved {tiny_repo.repository}", run.stdout + run.stderr
+
+    # a layer changed in udocker's store after the load is caught before any job runs
+    layer = udocker_b / "layers" / f"{_manifest_layers(image)[0].split(':', 1)[1]}.layer"
+    data = bytearray(layer.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    layer.write_bytes(bytes(data))
+    tampered = _offline(hpc_user, "pull", "tiny", "--catalog", str(site_catalog), "--registry", "none",
+                        "--udocker-dir", str(udocker_b))
+    assert tampered.returncode == 1 and f"blob {_manifest_layers(image)[0]}" in tampered.stderr, tampered.stderr
+
+
+def test_an_archive_of_another_digest_than_the_lock_is_refused_until_update(
+        hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    old = tiny_repo.push("moving", marker=f"old {tiny_repo.repository}")
+    catalog = tiny_repo.catalog(hpc_user, "moving")
+    assert _pull(hpc_user, catalog, tiny_repo.registry.url, user_tmp / "udocker-a").returncode == 0
+    archive = user_tmp / "old.tar"
+    assert _offline(hpc_user, "save", "tiny", str(archive), "--catalog", str(catalog),
+                    "--registry", tiny_repo.registry.url).returncode == 0
+    new = tiny_repo.push("moving", marker=f"new {tiny_repo.repository}")
+    newer_catalog = tiny_repo.catalog(hpc_user, "moving")
+    assert _pull(hpc_user, newer_catalog, tiny_repo.registry.url, user_tmp / "udocker-b").returncode == 0
+    lock = newer_catalog.parent / "images.lock.yaml"
+    before = lock.read_text()
+    udocker_c = user_tmp / "udocker-c"
+    refused = _offline(hpc_user, "load", "tiny", str(archive), "--catalog", str(newer_catalog), "--udocker-dir", str(udocker_c))
+    assert refused.returncode == 1
+    assert f"in the archive {archive} is {old.manifest_digest}" in refused.stderr
+    assert f"pins {tiny_repo.repository}:moving at {new.manifest_digest}" in refused.stderr
+    assert f"hvdflow image update tiny --archive {archive}" in refused.stderr
+    assert lock.read_text() == before and _containers(hpc_user, udocker_c) == []
+    repo_dir = udocker_c / "repos" / tiny_repo.repository
+    assert not repo_dir.exists() or not any(repo_dir.iterdir()), "nothing of the refused archive is in udocker"
+
+    updated = _offline(hpc_user, "update", "tiny", "--archive", str(archive), "--catalog", str(newer_catalog),
+                       "--udocker-dir", str(udocker_c))
+    assert updated.returncode == 0, updated.stderr
+    assert f"moved from {new.manifest_digest} to {old.manifest_digest}" in updated.stderr
+    assert old.manifest_digest in lock.read_text()

@@ -31,13 +31,23 @@ def _catalog_args(parser: argparse.ArgumentParser) -> None:
 
 def _registry_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--registry", default=os.environ.get("HVDFLOW_REGISTRY"),
-                        help="registry URL, e.g. http://127.0.0.1:5000 (default: $HVDFLOW_REGISTRY)")
+                        help="registry URL, e.g. http://127.0.0.1:5000 (default: $HVDFLOW_REGISTRY); for a pull, `none`: "
+                        "the image the lock pins, as `hvdflow image load` loaded it")
 
 
-def _pull_args(parser: argparse.ArgumentParser) -> None:
-    _catalog_args(parser)
-    _registry_arg(parser)
+def _lock_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock", type=Path, default=None, help="lock file (default: images.lock.yaml beside the catalogue)")
+
+
+def _lock_path(args: argparse.Namespace) -> Path:
+    return Path(args.lock or args.catalog.parent / "images.lock.yaml")
+
+
+def _pull_args(parser: argparse.ArgumentParser, registry: bool = True) -> None:
+    _catalog_args(parser)
+    if registry:
+        _registry_arg(parser)
+    _lock_arg(parser)
     parser.add_argument("--udocker-dir", type=Path, default=None, help="udocker directory (default: $HVDFLOW_UDOCKER_DIR "
                         "or ~/.local/share/hvdflow/udocker)")
     parser.add_argument("--execmode", choices=EXECMODES, default=None, help="udocker execution mode (default: catalogue's)")
@@ -52,15 +62,23 @@ def _require_registry(args: argparse.Namespace) -> str:
 
 
 def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[no-untyped-def]
+    """Pull (or, given ``args.archive``, load) the image, verified and locked, and create its container."""
     from hvdflow.images.lockfile import read_lock
+    from hvdflow.images.offline import NO_REGISTRY, load_image, loaded_image
     from hvdflow.images.pull import ensure_container, pull_image
 
     catalog = load_catalog(args.catalog)
     spec = get_image(catalog, args.image, args.catalog)
     udocker = Udocker(args.udocker_dir or default_udocker_dir(), allow_root=args.allow_root)
-    lock = args.lock or args.catalog.parent / "images.lock.yaml"
+    lock = _lock_path(args)
     before = read_lock(lock).get(spec.name)
-    manifest = pull_image(udocker, spec, _require_registry(args), lock, update_lock=update_lock)
+    archive: Optional[Path] = getattr(args, "archive", None)
+    if archive is not None:
+        manifest = load_image(udocker, spec, archive, lock, update_lock=update_lock)
+    elif getattr(args, "registry", None) == NO_REGISTRY and not update_lock:
+        manifest = loaded_image(udocker, spec, lock)
+    else:
+        manifest = pull_image(udocker, spec, _require_registry(args), lock, update_lock=update_lock)
     if update_lock and before is not None and before.digest != manifest.digest:
         print(f"hvdflow: {lock}: {spec.name} ({spec.reference}) moved from {before.digest} to {manifest.digest}",
               file=sys.stderr)
@@ -71,6 +89,17 @@ def cmd_image_pull(args: argparse.Namespace) -> int:
     """Pull, verify and lock an image, create its container, and print the container record."""
     _, record = _pull(args)
     sys.stdout.write(record.to_json())
+    return 0
+
+
+def cmd_image_save(args: argparse.Namespace) -> int:
+    """Write the image the lock pins to an OCI archive (for a site without registry access)."""
+    from hvdflow.images.offline import save_image
+
+    spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    manifest = save_image(spec, _require_registry(args), _lock_path(args), args.archive)
+    print(json.dumps({"image": spec.name, "reference": spec.reference, "digest": manifest.digest,
+                      "archive": str(args.archive), "bytes": args.archive.stat().st_size}))
     return 0
 
 
@@ -161,7 +190,8 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from hvdflow.rerun.run import RerunRequest, rerun
 
     request = RerunRequest(record=args.record, into=args.into, repo=args.repo, inputs_from=args.inputs_from,
-                           registry=args.registry, allow_dirty=args.allow_dirty, tolerance=args.tolerance)
+                           registry=args.registry, image_archive=args.image_archive, allow_dirty=args.allow_dirty,
+                           tolerance=args.tolerance)
     return rerun(request).exit_status
 
 
@@ -183,10 +213,23 @@ def build_parser() -> argparse.ArgumentParser:
     pull = image.add_parser("pull", help="pull, verify and lock an image and create its container")
     _pull_args(pull)
     pull.set_defaults(func=cmd_image_pull)
-    update = image.add_parser("update", help="accept the digest a locked image's tag now resolves to: pull, verify, "
-                              "rewrite its lock entry (both digests said) and create its container")
+    update = image.add_parser("update", help="accept the digest a locked image's tag now resolves to: pull (or load "
+                              "--archive), verify, rewrite its lock entry (both digests said) and create its container")
     _pull_args(update)
+    update.add_argument("--archive", type=Path, default=None, help="take the new image from this OCI archive, not the "
+                        "registry")
     update.set_defaults(func=cmd_image_update)
+    save = image.add_parser("save", help="write the image the lock pins to an OCI archive, digest intact")
+    _catalog_args(save)
+    save.add_argument("archive", type=Path, help="the archive to write (a tar of an OCI image layout)")
+    _registry_arg(save)
+    _lock_arg(save)
+    save.set_defaults(func=cmd_image_save)
+    load = image.add_parser("load", help="load an image from an OCI archive (no registry): verify every blob, hold "
+                            "its digest against the lock (or lock it), create its container")
+    _pull_args(load, registry=False)
+    load.add_argument("archive", type=Path, help="an OCI archive, e.g. from `hvdflow image save`")
+    load.set_defaults(func=cmd_image_pull)
 
     registry = sub.add_parser("registry", help="a local registry").add_subparsers(dest="action", required=True)
     serve = registry.add_parser("serve", help="serve Debian's docker-registry on 127.0.0.1 until stopped")
@@ -236,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                        f"final metric that counts as agreeing when the weights differ (default {DEFAULT_TOLERANCE})")
     again.add_argument("--registry", default=None, help="pull from this registry instead of the recorded one (the "
                        "recorded digest must still match)")
+    again.add_argument("--image-archive", type=Path, default=None, help="take the recorded image from this OCI archive "
+                       "(`hvdflow image save`) and use no registry: the archive must hold the recorded digest")
     again.set_defaults(func=cmd_rerun)
 
     bed = sub.add_parser("testbed", help="a real Slurm cluster on this machine, nodes in namespaces (root)")

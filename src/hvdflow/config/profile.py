@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES
+from hvdflow.images.offline import NO_REGISTRY
 
 RUNTIMES = ("udocker", "native")
 LAUNCHERS = ("gloo", "mpi")
@@ -56,6 +57,7 @@ class ClusterProfile:
 
     path: Path
     registry: str
+    """The registry's URL, or ``none``: the images the lock pins come from ``hvdflow image load`` (air-gapped)."""
     runtime: str
     launcher: str
     execmode: Optional[str]
@@ -94,8 +96,9 @@ def load_profile(path: Path) -> ClusterProfile:
     where = str(path)
     check_keys(where, data, _REQUIRED, _OPTIONAL)
     registry = _expand(f"{where}: registry", data["registry"]).rstrip("/")
-    if not re.match(r"^https?://[^/\s]+$", registry):
-        raise ConfigError(f"{where}: registry: {registry!r} must be http://HOST[:PORT] or https://HOST[:PORT]")
+    if registry != NO_REGISTRY and not re.match(r"^https?://[^/\s]+$", registry):
+        raise ConfigError(f"{where}: registry: {registry!r} must be http://HOST[:PORT], https://HOST[:PORT] or "
+                          f"{NO_REGISTRY} (no registry: images come from `hvdflow image load`)")
     execmode = data.get("execmode")
     home = Path.home()
     scheduler = _choice(f"{where}: scheduler", _expand(f"{where}: scheduler", data.get("scheduler", "none")), SCHEDULERS)

@@ -40,8 +40,10 @@ def read_lock(path: Path) -> dict[str, LockEntry]:
     return entries
 
 
-def check_against_lock(path: Path, name: str, reference: str, digest: str, update: bool) -> bool:
-    """Compare a resolved digest with the lock; return whether the lock must be (re)written.
+def check_against_lock(path: Path, name: str, reference: str, digest: str, update: bool,
+                       archive: Path | None = None) -> bool:
+    """Compare a resolved digest (from the registry, or from ``archive``) with the lock; return whether the lock must
+    be (re)written.
 
     Raises ImageError if the image is locked to another digest or reference and ``update`` is false.
     """
@@ -52,6 +54,12 @@ def check_against_lock(path: Path, name: str, reference: str, digest: str, updat
         return False
     if update:
         return True
+    if archive is not None:
+        raise ImageError(
+            f"image {name} ({reference}) in the archive {archive} is {digest}, but {path} pins {entry.reference} at "
+            f"{entry.digest}; the archive holds another image. Run `hvdflow image update {name} --archive {archive}` "
+            "to accept its digest."
+        )
     raise ImageError(
         f"image {name} ({reference}) resolved to {digest}, but {path} pins {entry.reference} at {entry.digest}; "
         f"the image changed in the registry. Run `hvdflow image update {name}` to accept the new digest."

@@ -13,6 +13,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_text_atomic
@@ -65,19 +66,18 @@ def verify_stored_manifest(udocker: Udocker, spec: ImageSpec, manifest: Manifest
                          f"(resolved {manifest.digest}); pull again")
 
 
-def verify_blobs(udocker: Udocker, manifest: Manifest, image: str) -> None:
-    """Hash every blob udocker stored for ``manifest``; on a mismatch delete it and raise ImageError."""
-    layers_dir = udocker.udocker_dir / "layers"
+def verify_blobs(manifest: Manifest, image: str, stored: Callable[[str], Path]) -> None:
+    """Hash the file ``stored(digest)`` of every blob of ``manifest``; on a mismatch delete it and raise ImageError."""
     for digest in manifest.blobs:
-        path = layers_dir / digest
+        path = stored(digest)
         if not path.exists():
-            raise ImageError(f"image {image}: blob {digest} of manifest {manifest.digest} is missing from {layers_dir}")
+            raise ImageError(f"image {image}: blob {digest} of manifest {manifest.digest} is missing from {path.parent}")
         actual = "sha256:" + sha256_file(path)
         if actual != digest:
             path.unlink()
             raise ImageError(
                 f"image {image}: blob {digest} from {manifest.registry_url} has content of digest {actual}; "
-                "the registry served corrupt or substituted data. The blob was deleted; nothing was created."
+                "the source served corrupt or substituted data. The blob was deleted; nothing was created."
             )
 
 
@@ -93,7 +93,7 @@ def pull_image(udocker: Udocker, spec: ImageSpec, registry_url: str, lock_path: 
                              f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
         try:
             verify_stored_manifest(udocker, spec, manifest)
-            verify_blobs(udocker, manifest, spec.reference)
+            verify_blobs(manifest, spec.reference, lambda digest: udocker.udocker_dir / "layers" / digest)
         except ImageError:
             udocker.call("rmi", spec.reference)
             raise

@@ -16,6 +16,7 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.catalog import get_image, load_catalog
+from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import engine_binary
@@ -42,11 +43,15 @@ def logged(log: Path) -> Iterator[None]:
 
 
 def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, log: Path) -> None:
-    """Pull, verify and lock ``image``, create its container once, and write its record."""
+    """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
+    container once, and write its record."""
     with logged(log):
         spec = get_image(load_catalog(catalog), image, catalog)
         udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
-        manifest = pull_image(udocker, spec, profile.registry, lock)
+        if profile.registry == NO_REGISTRY:
+            manifest = loaded_image(udocker, spec, lock)
+        else:
+            manifest = pull_image(udocker, spec, profile.registry, lock)
         record = ensure_container(udocker, spec, manifest, profile.execmode)
         record_out.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(record_out, asdict(record))

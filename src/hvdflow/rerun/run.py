@@ -2,7 +2,8 @@
 
 The steps, each refusing with a named reason before any training: the record is read and checked; the recorded code
 revision is checked out as a git worktree (``worktree``); the recorded config, profile and image lock are written
-into it (``recreate``); Snakemake pulls the image there, which the lock pins to the recorded digest, so a registry
+into it (``recreate``); Snakemake pulls the image there (or, from ``--image-archive``, it is loaded first and the
+profile gets no registry), which the lock pins to the recorded digest, so a registry
 that serves other bytes under the tag is refused with both digests named; the prepared dataset is taken from the
 recorded run's directory after its sha256 are checked, or prepared afresh and checked (``inputs``); Snakemake trains
 the experiment with the recorded code; the new record is compared with the old (``compare``).
@@ -20,6 +21,9 @@ from typing import Optional
 
 from hvdflow.errors import HvdflowError, RerunRefused
 from hvdflow.files.atomic import write_text_atomic
+from hvdflow.images.catalog import get_image, load_catalog
+from hvdflow.images.offline import NO_REGISTRY, load_image
+from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.rerun import inputs
 from hvdflow.rerun.compare import DEFAULT_TOLERANCE, Comparison, compare, table
 from hvdflow.rerun.recreate import Settings, read_record, recreate, workdir_of
@@ -41,6 +45,9 @@ class RerunRequest:
     """Where the recorded inputs are (default: the recorded run's working directory)."""
     registry: Optional[str] = None
     """A registry to pull from instead of the recorded one (the digest must still match)."""
+    image_archive: Optional[Path] = None
+    """An OCI archive of the recorded image (``hvdflow image save``): loaded, checked against the recorded digest,
+    and the rerun's profile gets no registry (a site without registry access)."""
     allow_dirty: bool = False
     tolerance: float = DEFAULT_TOLERANCE
 
@@ -85,6 +92,16 @@ def _prepared_inputs(record: dict, root: Path, settings: Settings, source: Path)
     return "prepared afresh, sha256 checked"
 
 
+def _load_recorded_image(record: dict, root: Path, settings: Settings, archive: Path) -> None:  # type: ignore[type-arg]
+    """Load the recorded image from ``archive`` into the recorded udocker directory; the worktree's lock pins the
+    recorded digest, so an archive of other bytes is refused with both digests named."""
+    catalog = root / record["config"]["catalog"]
+    spec = get_image(load_catalog(catalog), record["image"]["name"], catalog)
+    udocker = Udocker(Path(record["profile"]["udocker_dir"]), allow_root=allow_root_from_env())
+    print(f"hvdflow rerun: loading {spec.reference} from {archive}", flush=True)
+    load_image(udocker, spec, archive.resolve(), root / settings.lock)
+
+
 def rerun(request: RerunRequest) -> Comparison:
     """Rerun the recorded run; print and write (``<worktree>/rerun.json``) the comparison and return it."""
     record = read_record(request.record)
@@ -97,8 +114,10 @@ def rerun(request: RerunRequest) -> Comparison:
           + (" with the recorded uncommitted changes" if checkout.diff_applied else ""), flush=True)
     if checkout.note:
         print(f"hvdflow rerun: note: {checkout.note}", flush=True)
-    settings = recreate(record, into, request.registry)
+    settings = recreate(record, into, NO_REGISTRY if request.image_archive else request.registry)
     image = record["image"]["name"]
+    if request.image_archive is not None:
+        _load_recorded_image(record, into, settings, request.image_archive)
     _snakemake(into, settings, f"resources/images/{image}.json", into / "logs" / "pull_image" / f"{image}.log",
                f"pulling {record['image']['reference']} pinned at {record['image']['digest']}")
     how = _prepared_inputs(record, into, settings, (request.inputs_from or workdir).resolve())
