@@ -122,10 +122,18 @@ def _rerun(user: HpcUser, record: Path, into: Path, *args: str) -> subprocess.Co
     return proc
 
 
-def test_hvdflow_rerun_of_a_finished_run_is_identical(demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
+def test_hvdflow_rerun_of_a_finished_run_from_an_image_archive_without_registry_is_identical(
+        demo: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
+    # the air-gapped site: the image moves as `hvdflow image save`'s archive, the rerun's profile has no registry
+    # (the rerun from a registry: the afresh and seed tests below)
     recorded = demo.json("results/demo/run.json")
+    archive = user_tmp / "hvdflow-cpu.tar"
+    saved = hpc_user.hvdflow("image", "save", "hvdflow-cpu", str(archive), "--catalog",
+                             str(demo.root / "containers/catalog.yaml"), "--registry", demo.registry.url)
+    assert saved.returncode == 0, saved.stderr[-3000:]
+    assert json.loads(saved.stdout)["digest"] == recorded["image"]["digest"]
     into = user_tmp / "rerun"
-    proc = _rerun(hpc_user, demo.root / "results/demo/run.json", into)
+    proc = _rerun(hpc_user, demo.root / "results/demo/run.json", into, "--image-archive", str(archive))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "verdict: identical: bit-identical weights and metrics (exit 0)" in proc.stdout
     report = json.loads((into / "rerun.json").read_text())
@@ -136,6 +144,7 @@ def test_hvdflow_rerun_of_a_finished_run_is_identical(demo: Pipeline, hpc_user: 
     assert (new["code"]["commit"], new["code"]["diff_sha256"]) == (recorded["code"]["commit"], recorded["code"]["diff_sha256"])
     assert new["code"]["hvdflow_source"] == str(into / "src"), "the rerun did not run the recorded revision's code"
     assert new["image"]["digest"] == recorded["image"]["digest"]
+    assert (new["profile"]["registry"], new["image"]["registry"]) == ("none", f"oci-archive:{archive}")
     assert not (into / "logs" / "prepare_chunk").exists(), "the verified dataset was prepared again"
 
 

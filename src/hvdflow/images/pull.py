@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -87,6 +87,9 @@ def pull_image(udocker: Udocker, spec: ImageSpec, registry_url: str, lock_path: 
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"pulling {spec.reference}"):
         manifest = resolve_manifest(registry_url, spec.repository, spec.tag)
         must_write = check_against_lock(lock_path, spec.name, spec.reference, manifest.digest, update_lock)
+        stored = udocker.udocker_dir / "repos" / spec.repository / spec.tag
+        if stored.is_dir() and not (stored / "manifest").exists():  # loaded from an archive (udocker's v1 form)
+            udocker.check("rmi", spec.reference)
         proc = udocker.call("pull", f"--registry={registry_url}", spec.reference)
         if proc.returncode != 0:
             raise ImageError(f"udocker pull {spec.reference} from {registry_url} failed (exit {proc.returncode}): "
@@ -117,7 +120,7 @@ def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, exec
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"creating container {name}"):
         record = read_container_record(udocker, name)
         if record is not None and record.execmode == mode and (udocker.udocker_dir / "containers" / name).exists():
-            return record
+            return replace(record, registry=manifest.registry_url)  # where the image came from this time
         if record is not None and record.execmode != mode:
             udocker.check("setup", f"--execmode={mode}", name)
         else:
