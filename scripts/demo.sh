@@ -64,12 +64,7 @@ home=$(getent passwd "$demo_user" | cut -d: -f6)
 tree=$home/hvdflow-demo
 log "copying the tree to $tree for $demo_user"
 mkdir -p "$tree"
-# the lock the first pull wrote pins the digest the demo ran with: it is the user's record and survives the copy
-lock=containers/images.lock.yaml
-kept=$(mktemp)
-if [ -f "$tree/$lock" ]; then cp -p "$tree/$lock" "$kept"; else rm -f "$kept"; fi
-for part in "${TREE_PARTS[@]}"; do rm -rf "${tree:?}/$part"; [ -e "$part" ] && cp -r "$part" "$tree/$part"; done
-if [ -f "$kept" ]; then mv "$kept" "$tree/$lock"; fi
+copy_tree_keeping_lock "$tree" "${TREE_PARTS[@]}"
 chown -R "$demo_user:" "$tree"
 runuser -u "$demo_user" -- env -i HOME="$home" USER="$demo_user" PATH=/usr/bin:/bin LANG=C.UTF-8 \
   HVDFLOW_REGISTRY="$registry" HVDFLOW_DEMO_PUSHED=1 bash -c "cd '$tree' && bash scripts/demo.sh"

@@ -69,3 +69,15 @@ ensure_venv() {
     > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; log "pip install into $dir failed (log: $dir.log)"; return 1; }
   touch "$dir/.hvdflow-complete"
 }
+
+# copy_tree_keeping_lock DEST PART...: replace each PART (a path of the working directory) in DEST with a fresh copy,
+# keeping DEST's containers/images.lock.yaml: the lock the first pull wrote pins the digest the runs there used; it is
+# the user's record and survives the copy.
+copy_tree_keeping_lock() {
+  local dest=$1 part kept lock=containers/images.lock.yaml
+  shift
+  kept=$(mktemp)
+  if [ -f "$dest/$lock" ]; then cp -p "$dest/$lock" "$kept"; else rm -f "$kept"; fi
+  for part in "$@"; do rm -rf "${dest:?}/$part"; if [ -e "$part" ]; then cp -r "$part" "$dest/$part"; fi; done
+  if [ -f "$kept" ]; then mv "$kept" "$dest/$lock"; fi
+}
