@@ -11,6 +11,13 @@ import pytest
 from conftest import REPO
 from hvdflow.errors import ConfigError
 from hvdflow.images.build.commands import BuildError
+from hvdflow.images.build.pins import (
+    installs_on_linux_x86_64,
+    apt_preferences,
+    check_debian_packages,
+    read_debian_manifest,
+    write_debian_manifest,
+)
 from hvdflow.images.build.proot import fetch_source
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.recipe import load_recipe
@@ -91,14 +98,22 @@ def _recipe(tmp_path: Path, requirements: str, tensorflow: str = "2.15.1") -> Pa
     return path
 
 
-def test_recipe_requires_exact_pins(tmp_path: Path) -> None:
+HASH = " --hash=sha256:" + "ab" * 32
+
+
+def test_recipe_requires_exact_pins_with_their_hashes(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"'numpy>=1.26' is not pinned as name==version"):
-        load_recipe(_recipe(tmp_path, "tensorflow-cpu==2.15.1\nnumpy>=1.26\n"))
+        load_recipe(_recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\nnumpy>=1.26{HASH}\n"))
+    with pytest.raises(ConfigError, match=r"requirements.txt: numpy==1.26.4 needs its files' sha256 as --hash=sha256"):
+        load_recipe(_recipe(tmp_path / "b", f"tensorflow-cpu==2.15.1{HASH}\nnumpy==1.26.4 --hash=md5:00\n"))
+    # pip-compile's layout: one hash per continuation line
+    recipe = load_recipe(_recipe(tmp_path / "c", f"# comment\ntensorflow-cpu==2.15.1 \\\n   {HASH} \\\n   {HASH}\n"))
+    assert recipe.requirement_lines() == ["tensorflow-cpu==2.15.1"]
 
 
 def test_recipe_tensorflow_must_match_the_pin(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"horovod.tensorflow is 2.16.2 but .* pins TensorFlow 2.15.1"):
-        load_recipe(_recipe(tmp_path, "tensorflow-cpu==2.15.1\n", tensorflow="2.16.2"))
+        load_recipe(_recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\n", tensorflow="2.16.2"))
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -107,7 +122,7 @@ def test_recipe_tensorflow_must_match_the_pin(tmp_path: Path) -> None:
     (lambda t: t + "flags: -O3\n", r"unknown key\(s\) flags"),
 ])
 def test_bad_proot_build_specs_are_named(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
-    recipe = _recipe(tmp_path, "tensorflow-cpu==2.15.1\n")
+    recipe = _recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\n")
     spec = tmp_path / "proot" / "proot.yaml"
     spec.write_text(edit(spec.read_text()))
     with pytest.raises(ConfigError, match=message):
@@ -130,3 +145,29 @@ def test_a_proot_source_is_fetched_once_checked_and_a_missing_or_changed_one_nam
     with pytest.raises(BuildError, match=f"has sha256 {hashlib.sha256(b'other bytes').hexdigest()}, but .* pins {'1' * 64}"):
         fetch_source(source.as_uri(), "1" * 64)
     assert not list((tmp_path / "cache" / "sources" / ("1" * 64)).iterdir())  # nothing half-fetched is kept
+
+
+def test_a_debian_package_the_mirror_no_longer_serves_is_named(tmp_path: Path) -> None:
+    manifest = tmp_path / "debian-packages.txt"
+    write_debian_manifest(manifest, {"netbase": "6.4", "libc6": "2.36-9+deb12u9"}, "bookworm")
+    pinned = read_debian_manifest(manifest)
+    assert pinned == {"libc6": "2.36-9+deb12u9", "netbase": "6.4"}
+    assert "Package: libc6\nPin: version 2.36-9+deb12u9\nPin-Priority: 1001\n" in apt_preferences(pinned)
+    check_debian_packages(dict(pinned), pinned, manifest)  # the same versions: no error
+    with pytest.raises(BuildError) as moved:
+        check_debian_packages({"libc6": "2.36-9+deb12u10", "netbase": "6.4", "procps": "2:4.0.2-3"}, pinned, manifest)
+    message = str(moved.value)
+    assert "libc6: pinned 2.36-9+deb12u9, the mirror gave 2.36-9+deb12u10 (the pinned version is gone from it)" in message
+    assert "procps 2:4.0.2-3 was installed but is not pinned" in message and str(manifest) in message
+    assert "netbase" not in message
+    manifest.write_text("libc6\n")
+    with pytest.raises(ConfigError, match=r"debian-packages.txt:1: 'libc6' is not `package version`"):
+        read_debian_manifest(manifest)
+
+
+def test_only_files_that_install_on_linux_x86_64_are_pinned() -> None:
+    assert installs_on_linux_x86_64("numpy-1.26.4.tar.gz") and installs_on_linux_x86_64("six-1.17.0-py2.py3-none-any.whl")
+    assert installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+    assert not installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-macosx_11_0_arm64.whl")
+    assert not installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl")
+    assert not installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-win_amd64.whl")

@@ -115,8 +115,21 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import build_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    image = build_image(spec, args.log)
+    image = build_image(spec, args.log, pin_debian=args.pin_debian)
     print(json.dumps({"layout": str(image.layout), "tag": image.tag, "manifest_digest": image.manifest_digest}))
+    return 0
+
+
+def cmd_image_pin(args: argparse.Namespace) -> int:
+    """Write the sha256 of every file PyPI holds of each pinned requirement of an image's recipe."""
+    from hvdflow.images.build.pins import pin_requirement_hashes
+    from hvdflow.images.recipe import load_recipe
+
+    spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    if spec.recipe is None:
+        raise HvdflowError(f"image {spec.name} has no recipe in {args.catalog}")
+    requirements = load_recipe(spec.recipe, check_hashes=False).requirements
+    print(f"{requirements}: {pin_requirement_hashes(requirements)} requirements pinned with their sha256")
     return 0
 
 
@@ -209,7 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "push":
             _registry_arg(p)
         p.add_argument("--log", type=Path, default=Path("logs/image-build.log"), help="build log")
+        if name == "build":
+            p.add_argument("--pin-debian", action="store_true", help="build with apt unpinned and write the recipe's "
+                           "Debian manifest (debian_packages) from what was installed: a new image")
         p.set_defaults(func=func)
+    pin = image.add_parser("pin", help="write the sha256 of every file PyPI holds of each pinned Python requirement "
+                           "of the image's recipe (pip installs them with --require-hashes)")
+    _catalog_args(pin)
+    pin.set_defaults(func=cmd_image_pin)
     pull = image.add_parser("pull", help="pull, verify and lock an image and create its container")
     _pull_args(pull)
     pull.set_defaults(func=cmd_image_pull)

@@ -6,11 +6,13 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
 
 _PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(\[[A-Za-z0-9_,\-]+\])?==([A-Za-z0-9_.+\-]+)$")
+_HASH = re.compile(r"^--hash=sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,8 @@ class HorovodBuild:
 
     version: str
     tensorflow: str
+    sdist_sha256: str
+    """sha256 of Horovod's source distribution on PyPI: the build compiles exactly those sources."""
     build_apt_packages: tuple[str, ...]
     build_env: tuple[tuple[str, str], ...]
 
@@ -44,29 +48,45 @@ class ProotBuild:
 
 @dataclass(frozen=True)
 class Recipe:
-    """A parsed recipe; ``path`` is the recipe file, ``requirements`` the pinned Python packages file."""
+    """A parsed recipe; ``path`` is the recipe file, ``requirements`` the pinned Python packages file.
+
+    An image without Horovod (a base image, the small recipe of the build's determinism test) has no ``horovod``
+    and no ``proot``."""
 
     path: Path
     suite: str
     variant: str
+    source_date_epoch: int
+    """The time the image claims to be built at: mtimes are clamped to it and mmdebstrap and pip build with it."""
     apt_packages: tuple[str, ...]
+    debian_packages: Path
+    """The Debian manifest: every package of the root filesystem and its version (``build/pins.py``)."""
     requirements: Path
-    horovod: HorovodBuild
+    horovod: Optional[HorovodBuild]
     env: tuple[tuple[str, str], ...]
     python_layer: tuple[str, ...]
-    proot: ProotBuild
+    proot: Optional[ProotBuild]
 
     def requirement_lines(self) -> list[str]:
-        """The pinned requirements, comments and blank lines removed."""
-        return [line.strip() for line in self.requirements.read_text().splitlines() if line.strip() and not line.startswith("#")]
+        """The pinned requirements (``name==version``, their hashes dropped), comments and blank lines removed."""
+        return [line.split()[0] for line in _logical_lines(self.requirements)]
 
     def fingerprint(self) -> str:
-        """sha256 over the recipe, requirements and proot files: the image cache key's input from the recipe."""
+        """sha256 over the recipe, requirements, Debian manifest and proot files: the image cache key's input from
+        the recipe."""
         sha = hashlib.sha256()
-        for path in (self.path, self.requirements):
-            sha.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-        sha.update(self.proot.fingerprint().encode())
+        for path in (self.path, self.requirements, self.debian_packages):
+            data = path.read_bytes() if path.exists() else b"(absent)"
+            sha.update(path.name.encode() + b"\0" + data + b"\0")
+        if self.proot is not None:
+            sha.update(self.proot.fingerprint().encode())
         return sha.hexdigest()
+
+
+def _logical_lines(requirements: Path) -> list[str]:
+    """The requirement lines of a pip requirements file, continuation lines joined, comments dropped."""
+    text = requirements.read_text().replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _str_list(where: str, value: object) -> tuple[str, ...]:
@@ -110,46 +130,71 @@ def load_proot_build(path: Path) -> ProotBuild:
     )
 
 
-def load_recipe(path: Path) -> Recipe:
-    """Read and validate the recipe at ``path``; the requirements must pin every package with ``==``."""
+def _horovod(where: str, data: object) -> HorovodBuild:
+    hvd = expect(f"{where}: horovod", data, dict)
+    check_keys(f"{where}: horovod", hvd, ("version", "tensorflow", "sdist_sha256", "build_apt_packages", "build_env"))
+    sdist = str(expect(f"{where}: horovod.sdist_sha256", hvd["sdist_sha256"], str))
+    if not _SHA256.match(sdist):
+        raise ConfigError(f"{where}: horovod.sdist_sha256: {sdist!r} is not a sha256 (64 lowercase hex digits)")
+    return HorovodBuild(
+        version=str(hvd["version"]),
+        tensorflow=str(hvd["tensorflow"]),
+        sdist_sha256=sdist,
+        build_apt_packages=_str_list(f"{where}: horovod.build_apt_packages", hvd["build_apt_packages"]),
+        build_env=_str_map(f"{where}: horovod.build_env", hvd["build_env"]),
+    )
+
+
+def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
+    """Read and validate the recipe at ``path``.
+
+    The requirements must pin every package with ``==`` and its sha256 (``--hash``; not checked with ``check_hashes``
+    false, for ``hvdflow image pin``); a recipe with Horovod must carry the proot and pin the TensorFlow it is built
+    against."""
     data = load_mapping(path)
     where = str(path)
-    check_keys(where, data, ("base", "apt_packages", "python_requirements", "horovod", "env", "layers", "proot"))
+    check_keys(where, data, ("base", "source_date_epoch", "apt_packages", "debian_packages", "python_requirements",
+                             "env", "layers"), ("horovod", "proot"))
     base = expect(f"{where}: base", data["base"], dict)
     check_keys(f"{where}: base", base, ("suite", "variant"))
-    hvd = expect(f"{where}: horovod", data["horovod"], dict)
-    check_keys(f"{where}: horovod", hvd, ("version", "tensorflow", "build_apt_packages", "build_env"))
     layers = expect(f"{where}: layers", data["layers"], dict)
     check_keys(f"{where}: layers", layers, ("python",))
     requirements = path.parent / str(expect(f"{where}: python_requirements", data["python_requirements"], str))
     if not requirements.is_file():
         raise ConfigError(f"{where}: python_requirements: {requirements} does not exist")
+    epoch = expect(f"{where}: source_date_epoch", data["source_date_epoch"], int)
+    if epoch <= 0:
+        raise ConfigError(f"{where}: source_date_epoch: must be seconds since 1970 (a fixed date), got {epoch}")
+    if ("horovod" in data) != ("proot" in data):
+        raise ConfigError(f"{where}: horovod and proot go together (a training image carries udocker's proot)")
     recipe = Recipe(
         path=path,
         suite=str(expect(f"{where}: base.suite", base["suite"], str)),
         variant=str(expect(f"{where}: base.variant", base["variant"], str)),
+        source_date_epoch=epoch,
         apt_packages=_str_list(f"{where}: apt_packages", data["apt_packages"]),
+        debian_packages=path.parent / str(expect(f"{where}: debian_packages", data["debian_packages"], str)),
         requirements=requirements,
-        horovod=HorovodBuild(
-            version=str(hvd["version"]),
-            tensorflow=str(hvd["tensorflow"]),
-            build_apt_packages=_str_list(f"{where}: horovod.build_apt_packages", hvd["build_apt_packages"]),
-            build_env=_str_map(f"{where}: horovod.build_env", hvd["build_env"]),
-        ),
+        horovod=_horovod(where, data["horovod"]) if "horovod" in data else None,
         env=_str_map(f"{where}: env", data["env"]),
         python_layer=_str_list(f"{where}: layers.python", layers["python"]),
-        proot=load_proot_build(path.parent / str(expect(f"{where}: proot", data["proot"], str))),
+        proot=load_proot_build(path.parent / str(expect(f"{where}: proot", data["proot"], str))) if "proot" in data else None,
     )
     pins = {}
-    for line in recipe.requirement_lines():
-        match = _PIN.match(line)
+    for line in _logical_lines(requirements):
+        requirement, *options = line.split()
+        match = _PIN.match(requirement)
         if not match:
-            raise ConfigError(f"{requirements}: {line!r} is not pinned as name==version")
+            raise ConfigError(f"{requirements}: {requirement!r} is not pinned as name==version")
+        if check_hashes and (not options or not all(_HASH.match(option) for option in options)):
+            raise ConfigError(f"{requirements}: {requirement} needs its files' sha256 as --hash=sha256:<hex> (pip "
+                              f"installs with --require-hashes); `hvdflow image pin NAME` writes them from PyPI")
         pins[match.group(1).lower()] = match.group(3)
-    tf_pin = pins.get("tensorflow-cpu") or pins.get("tensorflow")
-    if tf_pin != recipe.horovod.tensorflow:
-        raise ConfigError(
-            f"{where}: horovod.tensorflow is {recipe.horovod.tensorflow} but {requirements} pins TensorFlow {tf_pin}; "
-            "the Horovod wheel only works with the TensorFlow it was built against"
-        )
+    if recipe.horovod is not None:
+        tf_pin = pins.get("tensorflow-cpu") or pins.get("tensorflow")
+        if tf_pin != recipe.horovod.tensorflow:
+            raise ConfigError(
+                f"{where}: horovod.tensorflow is {recipe.horovod.tensorflow} but {requirements} pins TensorFlow "
+                f"{tf_pin}; the Horovod wheel only works with the TensorFlow it was built against"
+            )
     return recipe

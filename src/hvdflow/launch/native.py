@@ -15,7 +15,7 @@ from hvdflow.errors import ConfigError
 from hvdflow.files.cache import content_key, sha256_file
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.build.commands import run_step
-from hvdflow.images.build.wheels import BUILD_PYTHON, ensure_horovod_wheel, ensure_wheelhouse, python_version
+from hvdflow.images.build.wheels import BUILD_PYTHON, ensure_horovod_wheel, ensure_wheelhouse, pip_install_argvs, python_version
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.recipe import load_recipe
 
@@ -42,8 +42,8 @@ def native_python(profile: ClusterProfile, image: str, catalog: Path) -> Path:
             return python
         shutil.rmtree(venv, ignore_errors=True)
         run_step([BUILD_PYTHON, "-m", "venv", str(venv)], log)
-        run_step([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(wheelhouse),
-                  "-r", str(recipe.requirements), str(wheel)], log)
+        for argv in pip_install_argvs([str(python), "-m", "pip"], str(wheelhouse), str(recipe.requirements), str(wheel)):
+            run_step(argv, log)
         subprocess.run([str(python), "-c", "import horovod.tensorflow"], check=True, capture_output=True)
         (venv / ".hvdflow-complete").write_text("")
         return python

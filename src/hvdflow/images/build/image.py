@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +40,8 @@ def image_cache_dir(spec: ImageSpec) -> Path:
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
     recipe = load_recipe(spec.recipe)
-    key = content_key(recipe.fingerprint(), horovod_wheel_key(recipe), proot_key(recipe.proot),
+    key = content_key(recipe.fingerprint(), horovod_wheel_key(recipe) if recipe.horovod else "no horovod",
+                      proot_key(recipe.proot) if recipe.proot else "no proot",
                       source_fingerprint(*_BUILDER_SOURCES), spec.reference)[:16]
     return cache_root() / "images" / f"{spec.name}-{key}"
 
@@ -54,34 +53,43 @@ def _read_manifest_digest(layout: Path) -> str:
     return str(index["manifests"][0]["digest"])
 
 
-def build_image(spec: ImageSpec, log: Path) -> BuiltImage:
-    """The OCI layout of ``spec``, built from its recipe unless the cache already holds it."""
-    layout = image_cache_dir(spec)
-    if (layout / "index.json").is_file():
-        return BuiltImage(layout, spec.tag, _read_manifest_digest(layout))
-    assert spec.recipe is not None
+def build_image(spec: ImageSpec, log: Path, pin_debian: bool = False) -> BuiltImage:
+    """The OCI layout of ``spec``, built from its recipe unless the cache already holds it.
+
+    The build is reproducible: the same recipe gives the same digest on another day or machine of the same kind
+    (``rootfs`` for the Debian and Python parts, ``oci`` for the layers). ``pin_debian`` rebuilds with apt unpinned
+    and writes the recipe's Debian manifest from what was installed.
+    """
+    if spec.recipe is None:
+        raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
+    if not pin_debian:
+        cached = image_cache_dir(spec)
+        if (cached / "index.json").is_file():
+            return BuiltImage(cached, spec.tag, _read_manifest_digest(cached))
     recipe = load_recipe(spec.recipe)
     wheelhouse = ensure_wheelhouse(recipe, log)
-    wheel = ensure_horovod_wheel(recipe, wheelhouse, log)
-    proot = ensure_proot(recipe.proot, log)
-    layout.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=layout.parent, prefix=".rootfs-"))
+    wheel = ensure_horovod_wheel(recipe, wheelhouse, log) if recipe.horovod else None
+    proot = ensure_proot(recipe.proot, log) if recipe.proot else None
+    building = cache_root() / "images"
+    building.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=building, prefix=".rootfs-"))
     try:
         rootfs = work / "rootfs"
-        build_rootfs(recipe, wheelhouse, wheel, rootfs, log)
-        carried = rootfs / IMAGE_PROOT
-        carried.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(proot, carried)
+        build_rootfs(recipe, wheelhouse, wheel, rootfs, log, pin_debian)
         labels = {
             "org.opencontainers.image.title": spec.name,
             "org.opencontainers.image.description": spec.description,
             "io.hvdflow.python": python_version(),
-            "io.hvdflow.tensorflow": recipe.horovod.tensorflow,
-            "io.hvdflow.horovod": recipe.horovod.version,
-            "io.hvdflow.horovod-wheel.sha256": sha256_file(wheel),
-            "io.hvdflow.recipe.sha256": recipe.fingerprint(),
-            "io.hvdflow.proot": f"/{IMAGE_PROOT} {recipe.proot.version} seccomp, sha256 {sha256_file(proot)}",
+            "io.hvdflow.recipe.sha256": load_recipe(spec.recipe).fingerprint(),  # after --pin-debian: the new manifest
         }
+        if recipe.horovod is not None and wheel is not None:
+            labels.update({"io.hvdflow.tensorflow": recipe.horovod.tensorflow, "io.hvdflow.horovod": recipe.horovod.version,
+                           "io.hvdflow.horovod-wheel.sha256": sha256_file(wheel)})
+        if recipe.proot is not None and proot is not None:
+            carried = rootfs / IMAGE_PROOT
+            carried.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(proot, carried)
+            labels["io.hvdflow.proot"] = f"/{IMAGE_PROOT} {recipe.proot.version} seccomp, sha256 {sha256_file(proot)}"
         config = ImageConfig(
             env=["PATH=/usr/local/bin:/usr/bin:/bin"] + [f"{k}={v}" for k, v in recipe.env],
             cmd=["python3"],
@@ -89,8 +97,8 @@ def build_image(spec: ImageSpec, log: Path) -> BuiltImage:
         )
         python_part = prefix_filter(list(recipe.python_layer))
         layers = [LayerSpec("system", prefix_filter(list(recipe.python_layer), invert=True)), LayerSpec("python", python_part)]
-        epoch = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
-        manifest = write_oci_layout(rootfs, layers, config, layout, spec.tag, epoch)
+        layout = image_cache_dir(spec)
+        manifest = write_oci_layout(rootfs, layers, config, layout, spec.tag, recipe.source_date_epoch)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return BuiltImage(layout, spec.tag, manifest.digest)

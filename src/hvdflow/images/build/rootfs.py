@@ -1,11 +1,23 @@
-"""The root filesystem of an image: Debian from the host's apt sources (mmdebstrap), then the pinned wheels."""
+"""The root filesystem of an image: Debian from the host's apt sources (mmdebstrap), then the pinned wheels.
+
+Reproducible: mmdebstrap runs with the recipe's SOURCE_DATE_EPOCH and apt pinned (priority 1001) to the versions of
+the recipe's Debian manifest, which the installed packages must then match exactly; the host's ``resolv.conf`` and
+``hostname`` are not kept; pip installs by hash with SOURCE_DATE_EPOCH set, so Python compiles hash-checked ``.pyc``.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import tempfile
 from pathlib import Path
+from typing import Optional
 
-from hvdflow.images.build.commands import run_step
+from hvdflow.errors import ConfigError
+from hvdflow.images.build.commands import BuildError, run_step
+from hvdflow.images.build.pins import apt_preferences, check_debian_packages, read_debian_manifest, write_debian_manifest
+from hvdflow.images.build.wheels import pip_install_argvs
 from hvdflow.images.recipe import Recipe
 
 _STAGE = "tmp/hvdflow-wheels"
@@ -13,8 +25,12 @@ _STAGE = "tmp/hvdflow-wheels"
 _CLEAN = ("var/cache/apt", "var/lib/apt/lists", "var/log", "root/.cache", "dev")
 
 
+_PREFERENCES = "etc/apt/preferences.d/hvdflow-pins"
+
+
 def horovod_check(recipe: Recipe) -> str:
     """Python code that fails unless Horovod imports with TensorFlow and has the controllers the recipe asks for."""
+    assert recipe.horovod is not None
     switches = dict(recipe.horovod.build_env)
     checks = [f"hvd.{name}_built()" for name, flag in (("gloo", "HOROVOD_WITH_GLOO"), ("mpi", "HOROVOD_WITH_MPI"))
               if switches.get(flag) == "1"]
@@ -24,19 +40,55 @@ def horovod_check(recipe: Recipe) -> str:
             + "print('tensorflow', tf.__version__, 'horovod', horovod.__version__)")
 
 
-def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Path, dest: Path, log: Path) -> None:
+def installed_packages(root: Path) -> dict[str, str]:
+    """``{package: version}`` of every Debian package installed in the root filesystem ``root``."""
+    proc = subprocess.run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f", "${Package} ${Version}\\n"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"dpkg-query could not list the packages of {root}: {proc.stderr.strip()}")
+    return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
+
+
+def _debian(recipe: Recipe, dest: Path, log: Path, pin: bool) -> None:
+    """mmdebstrap the Debian part into ``dest``, pinned to the recipe's manifest (or, with ``pin``, writing it)."""
+    if not pin and not recipe.debian_packages.is_file():
+        raise ConfigError(f"{recipe.path}: debian_packages: {recipe.debian_packages} does not exist; write it once with "
+                          "`hvdflow image build NAME --pin-debian` (as root)")
+    pinned = {} if pin else read_debian_manifest(recipe.debian_packages)
+    env = dict(os.environ, SOURCE_DATE_EPOCH=str(recipe.source_date_epoch))
+    with tempfile.NamedTemporaryFile("w", suffix=".pref") as preferences:
+        preferences.write(apt_preferences(pinned))
+        preferences.flush()
+        os.chmod(preferences.name, 0o644)
+        run_step(["mmdebstrap", f"--variant={recipe.variant}", "--include=" + ",".join(recipe.apt_packages),
+                  f'--setup-hook=mkdir -p "$1"/etc/apt/preferences.d && cp {preferences.name} "$1"/{_PREFERENCES}',
+                  f'--customize-hook=rm -f "$1"/{_PREFERENCES} "$1"/etc/resolv.conf "$1"/etc/hostname',
+                  recipe.suite, str(dest)], log, env=env)
+    found = installed_packages(dest)
+    if pin:
+        write_debian_manifest(recipe.debian_packages, found, recipe.suite)
+    else:
+        check_debian_packages(found, pinned, recipe.debian_packages)
+
+
+def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path], dest: Path, log: Path,
+                 pin_debian: bool = False) -> None:
     """Build the image's root filesystem in ``dest`` (which must not exist) and check that Horovod loads in it."""
-    run_step(["mmdebstrap", f"--variant={recipe.variant}",
-              "--include=" + ",".join(recipe.apt_packages), recipe.suite, str(dest)], log)
+    _debian(recipe, dest, log, pin_debian)
     stage = dest / _STAGE
     shutil.copytree(wheelhouse, stage)
     shutil.copy2(recipe.requirements, stage / "requirements.txt")
-    shutil.copy2(horovod_wheel, stage / horovod_wheel.name)
-    in_root = ["chroot", str(dest), "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8"]
-    run_step(in_root + ["python3", "-m", "pip", "install", "--no-index", "--no-cache-dir", "--break-system-packages",
-                        "--no-warn-script-location", "--find-links", f"/{_STAGE}",
-                        "-r", f"/{_STAGE}/requirements.txt", f"/{_STAGE}/{horovod_wheel.name}"], log)
-    run_step(in_root + ["python3", "-c", horovod_check(recipe)], log)
+    in_root = ["chroot", str(dest), "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8",
+               f"SOURCE_DATE_EPOCH={recipe.source_date_epoch}"]
+    pip = in_root + ["python3", "-m", "pip"]
+    flags = ["--break-system-packages", "--no-warn-script-location"]
+    if horovod_wheel is not None:
+        shutil.copy2(horovod_wheel, stage / horovod_wheel.name)
+    staged_wheel = None if horovod_wheel is None else f"/{_STAGE}/{horovod_wheel.name}"
+    for argv in pip_install_argvs(pip, f"/{_STAGE}", f"/{_STAGE}/requirements.txt", staged_wheel):
+        run_step(argv + flags, log)
+    if horovod_wheel is not None:
+        run_step(in_root + ["python3", "-c", horovod_check(recipe)], log)
     for rel in _CLEAN:
         target = dest / rel
         if target.is_dir() and not target.is_symlink():

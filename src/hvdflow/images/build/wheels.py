@@ -12,10 +12,12 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Optional
 
+from hvdflow.errors import ConfigError
 from hvdflow.files.cache import cache_root, content_key
 from hvdflow.images.build.commands import BuildError, run_step
-from hvdflow.images.recipe import Recipe
+from hvdflow.images.recipe import HorovodBuild, Recipe
 
 BUILD_PYTHON = "/usr/bin/python3"
 
@@ -55,7 +57,7 @@ def ensure_wheelhouse(recipe: Recipe, log: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
     try:
-        run_step([BUILD_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir",
+        run_step([BUILD_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir", "--require-hashes",
                   "-d", str(tmp), "-r", str(recipe.requirements)], log)
         _finish(tmp, final)
     except BaseException:
@@ -64,12 +66,31 @@ def ensure_wheelhouse(recipe: Recipe, log: Path) -> Path:
     return final
 
 
+def pip_install_argvs(pip: list[str], find_links: str, requirements: str, horovod_wheel: Optional[str]) -> list[list[str]]:
+    """The pip commands that install a recipe's requirements (``--require-hashes``, nothing from an index) and then
+    the Horovod wheel built for it, if any (no hash to pin: it is our own build), in that order."""
+    common = ["install", "--no-index", "--no-cache-dir", "--find-links", find_links]
+    argvs = [pip + common + ["--require-hashes", "-r", requirements]]
+    if horovod_wheel is not None:
+        argvs.append(pip + common + ["--no-deps", horovod_wheel])
+    return argvs
+
+
+def horovod_of(recipe: Recipe) -> HorovodBuild:
+    """The recipe's Horovod build, or a ConfigError for a recipe without Horovod."""
+    if recipe.horovod is None:
+        raise ConfigError(f"{recipe.path} builds no Horovod (no horovod section)")
+    return recipe.horovod
+
+
 def horovod_wheel_key(recipe: Recipe) -> str:
     """The cache key of the Horovod wheel ``recipe`` needs."""
-    with_mpi = dict(recipe.horovod.build_env).get("HOROVOD_WITH_MPI") == "1"
+    horovod = horovod_of(recipe)
+    with_mpi = dict(horovod.build_env).get("HOROVOD_WITH_MPI") == "1"
     mpi = debian_package_version("libopenmpi-dev") if with_mpi else "none"
-    return content_key("horovod", recipe.horovod.version, "tensorflow", recipe.horovod.tensorflow,
-                       "python", python_version(), "mpi", mpi, repr(sorted(recipe.horovod.build_env)))[:16]
+    return content_key("horovod", horovod.version, horovod.sdist_sha256, "tensorflow", horovod.tensorflow,
+                       "python", python_version(), "mpi", mpi, repr(sorted(horovod.build_env)),
+                       str(recipe.source_date_epoch))[:16]
 
 
 def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
@@ -77,8 +98,9 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
 
     The requirements must include ``wheel``, whose command line repacks the stripped wheel.
     """
+    horovod = horovod_of(recipe)
     key = horovod_wheel_key(recipe)
-    final = cache_root() / "wheels" / f"horovod-{recipe.horovod.version}-tf{recipe.horovod.tensorflow}-{key}"
+    final = cache_root() / "wheels" / f"horovod-{horovod.version}-tf{horovod.tensorflow}-{key}"
     found = _complete(final, "horovod-*.whl")
     if found:
         return found[0]
@@ -88,18 +110,21 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
         venv = tmp / "venv"
         run_step([BUILD_PYTHON, "-m", "venv", str(venv)], log)
         pip = [str(venv / "bin" / "python"), "-m", "pip"]
-        run_step(pip + ["install", "--no-index", "--find-links", str(wheelhouse), "-r", str(recipe.requirements)], log)
+        run_step(pip + ["install", "--no-index", "--find-links", str(wheelhouse), "--require-hashes",
+                        "-r", str(recipe.requirements)], log)
         site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               check=True, capture_output=True, text=True).stdout.strip()
-        env = dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}")
-        env.update({k: v.format(site_packages=site) for k, v in recipe.horovod.build_env})
+        env = dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}", SOURCE_DATE_EPOCH=str(recipe.source_date_epoch))
+        env.update({k: v.format(site_packages=site) for k, v in horovod.build_env})
         raw = tmp / "raw"
+        sdist = tmp / "horovod-sdist.txt"  # the sources PyPI serves must be the ones the recipe pins
+        sdist.write_text(f"horovod=={horovod.version} --hash=sha256:{horovod.sdist_sha256}\n")
         run_step(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", "--no-binary=horovod",
-                        f"horovod=={recipe.horovod.version}", "-w", str(raw)], log, env=env)
+                        "--require-hashes", "-r", str(sdist), "-w", str(raw)], log, env=env)
         built = sorted(raw.glob("horovod-*.whl"))
         if len(built) != 1:
             raise BuildError(f"pip wheel produced {len(built)} Horovod wheels in {raw}, expected one (log: {log})")
-        _strip_wheel(venv, built[0], tmp, log)
+        _strip_wheel(venv, built[0], tmp, log, recipe.source_date_epoch)
         shutil.rmtree(venv)
         shutil.rmtree(raw)
         _finish(tmp, final)
@@ -109,13 +134,15 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
     return sorted(final.glob("horovod-*.whl"))[0]
 
 
-def _strip_wheel(venv: Path, wheel: Path, out_dir: Path, log: Path) -> None:
-    """Repack ``wheel`` into ``out_dir`` with debug info stripped from its shared objects (57 MB to 2 MB)."""
+def _strip_wheel(venv: Path, wheel: Path, out_dir: Path, log: Path, epoch: int) -> None:
+    """Repack ``wheel`` into ``out_dir`` with debug info stripped from its shared objects (57 MB to 2 MB); the
+    archive's timestamps are ``epoch`` (wheel honours SOURCE_DATE_EPOCH)."""
     unpack = out_dir / "unpacked"
     run_step([str(venv / "bin" / "wheel"), "unpack", "-d", str(unpack), str(wheel)], log)
     (tree,) = list(unpack.iterdir())
     objects = [str(p) for p in tree.rglob("*.so")]
     if objects:
         run_step(["strip", "--strip-debug", *objects], log)
-    run_step([str(venv / "bin" / "wheel"), "pack", "-d", str(out_dir), str(tree)], log)
+    run_step([str(venv / "bin" / "wheel"), "pack", "-d", str(out_dir), str(tree)], log,
+             env=dict(os.environ, SOURCE_DATE_EPOCH=str(epoch)))
     shutil.rmtree(unpack)
