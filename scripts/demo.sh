@@ -17,9 +17,10 @@ user_part() {
   ensure_venv "$venv"
   export PATH="$venv/bin:$PATH"
   if [ -n "${HVDFLOW_DEMO_PUSHED:-}" ] && [ -f containers/images.lock.yaml ]; then
-    # the root part has just built and pushed hvdflow-cpu; image builds are not yet reproducible (a cold cache gives
-    # a new digest), so the lock of an earlier demo may pin another one: say both digests and accept the new image
-    # explicitly. Run by hand (an ordinary user's registry), a moved digest stays an error.
+    # the root part has just built and pushed hvdflow-cpu; the build is reproducible, but where Debian's mirror has
+    # moved on since the recipe's Debian manifest (or the recipe changed) it gives a new digest, so the lock of an
+    # earlier demo may pin another one: say both digests and accept the new image explicitly. Run by hand (an
+    # ordinary user's registry), a moved digest stays an error.
     if ! out=$(PYTHONPATH=src python -m hvdflow image pull hvdflow-cpu 2>&1 >/dev/null); then
       grep -q "the image changed in the registry" <<<"$out" || { echo "$out" >&2; exit 1; }
       log "$out"
@@ -57,7 +58,10 @@ registry=http://127.0.0.1:$port
 for _ in $(seq 100); do curl -fsS "$registry/v2/" >/dev/null 2>&1 && break; sleep 0.2; done
 log "registry serving at $registry"
 log "building (or taking from the cache) and pushing hvdflow-cpu; build log: $state/logs/image-build.log"
-"$root_venv/bin/python" -m hvdflow image push hvdflow-cpu --registry "$registry" --log "$state/logs/image-build.log"
+# --debian follow: where Debian's mirror no longer serves a version the recipe pins, take its version (the build log
+# names them) rather than fail; the image then has another digest, which the user part accepts, saying both
+"$root_venv/bin/python" -m hvdflow image push hvdflow-cpu --registry "$registry" --log "$state/logs/image-build.log" \
+  --debian follow
 
 id "$demo_user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$demo_user"
 home=$(getent passwd "$demo_user" | cut -d: -f6)

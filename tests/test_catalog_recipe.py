@@ -12,9 +12,10 @@ from conftest import REPO
 from hvdflow.errors import ConfigError
 from hvdflow.images.build.commands import BuildError
 from hvdflow.images.build.pins import (
-    installs_on_linux_x86_64,
     apt_preferences,
     check_debian_packages,
+    installs_on_linux_x86_64,
+    pin_requirement_hashes,
     read_debian_manifest,
     write_debian_manifest,
 )
@@ -171,3 +172,16 @@ def test_only_files_that_install_on_linux_x86_64_are_pinned() -> None:
     assert not installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-macosx_11_0_arm64.whl")
     assert not installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl")
     assert not installs_on_linux_x86_64("numpy-1.26.4-cp311-cp311-win_amd64.whl")
+
+
+def test_image_pin_writes_the_sha256_of_pypis_files_and_the_recipe_loads(tmp_path: Path) -> None:
+    # PyPI's files never change, so the hashes of six 1.17.0 are known; the recipe then passes load_recipe's check
+    path = _recipe(tmp_path, "# the image's packages\ntensorflow-cpu==2.15.1\nsix==1.17.0\n")
+    requirements = path.parent / "requirements.txt"
+    assert pin_requirement_hashes(requirements) == 2
+    text = requirements.read_text()
+    assert text.startswith("# the image's packages\ntensorflow-cpu==2.15.1 \\\n    --hash=sha256:")
+    assert ("six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274 \\\n"
+            "    --hash=sha256:ff70335d468e7eb6ec65b95b99d3a2836546063f63acc5171de367e834932a81\n") in text
+    assert "macosx" not in text and load_recipe(path).requirement_lines() == ["tensorflow-cpu==2.15.1", "six==1.17.0"]
+    assert pin_requirement_hashes(requirements) == 2 and requirements.read_text() == text, "pinning again changes nothing"

@@ -115,7 +115,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import build_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    image = build_image(spec, args.log, pin_debian=args.pin_debian)
+    image = build_image(spec, args.log, args.debian)
     print(json.dumps({"layout": str(image.layout), "tag": image.tag, "manifest_digest": image.manifest_digest}))
     return 0
 
@@ -138,7 +138,7 @@ def cmd_image_push(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import build_image, push_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    image = build_image(spec, args.log)
+    image = build_image(spec, args.log, args.debian)
     push_image(image, _require_registry(args), spec.repository, spec.tag, args.log)
     print(json.dumps({"pushed": f"{args.registry}/{spec.reference}", "manifest_digest": image.manifest_digest}))
     return 0
@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    from hvdflow.images.build.pins import DEBIAN_MODES
+
     image = sub.add_parser("image", aliases=["images"], help="build, push, pull and update images"
                            ).add_subparsers(dest="action", required=True)
     for name, func, helptext in (("build", cmd_image_build, "build an image from its recipe"),
@@ -222,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "push":
             _registry_arg(p)
         p.add_argument("--log", type=Path, default=Path("logs/image-build.log"), help="build log")
-        if name == "build":
-            p.add_argument("--pin-debian", action="store_true", help="build with apt unpinned and write the recipe's "
-                           "Debian manifest (debian_packages) from what was installed: a new image")
+        p.add_argument("--debian", choices=DEBIAN_MODES, default="check", help="where Debian's mirror no longer serves "
+                       "a version the recipe's Debian manifest pins: check (default: fail, naming the packages), follow "
+                       "(take the mirror's version and say which), pin (apt unpinned; rewrite the manifest: a new image)")
         p.set_defaults(func=func)
     pin = image.add_parser("pin", help="write the sha256 of every file PyPI holds of each pinned Python requirement "
                            "of the image's recipe (pip installs them with --require-hashes)")

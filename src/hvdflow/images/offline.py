@@ -20,7 +20,7 @@ from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.archive import read_archive, save_archive
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import check_against_lock, read_lock, write_lock_entry
-from hvdflow.images.pull import PULL_LOCK_TIMEOUT, verify_blobs
+from hvdflow.images.pull import PULL_LOCK_TIMEOUT, stored_json, tag_dir, verify_blobs
 from hvdflow.images.registry import Manifest, parse_manifest, resolve_manifest
 from hvdflow.images.udocker import Udocker
 
@@ -53,11 +53,7 @@ def _layer_file(udocker: Udocker, digest: str) -> Path:
 
 def _verify_loaded(udocker: Udocker, spec: ImageSpec, manifest: Manifest) -> None:
     """Check that udocker holds ``manifest``'s layers, in its order, under ``spec``'s tag, each with its digest."""
-    ancestry_path = udocker.udocker_dir / "repos" / spec.repository / spec.tag / "ancestry"
-    try:
-        ancestry = json.loads(ancestry_path.read_text())
-    except (OSError, ValueError):
-        ancestry = None
+    ancestry_path, ancestry = stored_json(udocker, spec, "ancestry")
     expected = [digest.split(":", 1)[1] for digest, _ in reversed(manifest.layers)]
     if ancestry != expected:
         raise ImageError(f"image {spec.reference}: udocker in {udocker.udocker_dir} does not hold the layers of "
@@ -74,7 +70,7 @@ def load_image(udocker: Udocker, spec: ImageSpec, archive: Path, lock_path: Path
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"loading {spec.reference}"):
         must_write = check_against_lock(lock_path, spec.name, spec.reference, manifest.digest, update_lock,
                                         archive=archive)
-        if (udocker.udocker_dir / "repos" / spec.repository / spec.tag).exists():
+        if tag_dir(udocker, spec).exists():
             udocker.check("rmi", spec.reference)
         proc = udocker.call("load", "-i", str(archive), spec.repository)
         # udocker prints the tags it loaded as a Python list, after one "Info: adding layer" line per layer

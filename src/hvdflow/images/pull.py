@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_text_atomic
@@ -54,13 +54,25 @@ def _record_path(udocker: Udocker, name: str) -> Path:
     return udocker.state_dir / "containers" / f"{name}.json"
 
 
+def tag_dir(udocker: Udocker, spec: ImageSpec) -> Path:
+    """Where udocker keeps the tag of ``spec``: a pull's ``manifest``, a load's ``ancestry``."""
+    return udocker.udocker_dir / "repos" / spec.repository / spec.tag
+
+
+def stored_json(udocker: Udocker, spec: ImageSpec, name: str) -> tuple[Path, Any]:
+    """The path of udocker's file ``name`` for the tag of ``spec`` and its JSON content (None: absent or unreadable)."""
+    path = tag_dir(udocker, spec) / name
+    try:
+        return path, json.loads(path.read_text())
+    except (OSError, ValueError):
+        return path, None
+
+
 def verify_stored_manifest(udocker: Udocker, spec: ImageSpec, manifest: Manifest) -> None:
     """Check that the manifest udocker stored for the tag is the one resolved (the tag did not move meanwhile)."""
-    path = udocker.udocker_dir / "repos" / spec.repository / spec.tag / "manifest"
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ImageError(f"image {spec.reference}: udocker stored no readable manifest at {path}: {exc}") from None
+    path, stored = stored_json(udocker, spec, "manifest")
+    if stored is None:
+        raise ImageError(f"image {spec.reference}: udocker stored no readable manifest at {path}")
     if stored != manifest.document:
         raise ImageError(f"image {spec.reference} changed in {manifest.registry_url} while it was pulled "
                          f"(resolved {manifest.digest}); pull again")
@@ -87,7 +99,7 @@ def pull_image(udocker: Udocker, spec: ImageSpec, registry_url: str, lock_path: 
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"pulling {spec.reference}"):
         manifest = resolve_manifest(registry_url, spec.repository, spec.tag)
         must_write = check_against_lock(lock_path, spec.name, spec.reference, manifest.digest, update_lock)
-        stored = udocker.udocker_dir / "repos" / spec.repository / spec.tag
+        stored = tag_dir(udocker, spec)
         if stored.is_dir() and not (stored / "manifest").exists():  # loaded from an archive (udocker's v1 form)
             udocker.check("rmi", spec.reference)
         proc = udocker.call("pull", f"--registry={registry_url}", spec.reference)

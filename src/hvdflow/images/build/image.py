@@ -53,16 +53,16 @@ def _read_manifest_digest(layout: Path) -> str:
     return str(index["manifests"][0]["digest"])
 
 
-def build_image(spec: ImageSpec, log: Path, pin_debian: bool = False) -> BuiltImage:
+def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage:
     """The OCI layout of ``spec``, built from its recipe unless the cache already holds it.
 
     The build is reproducible: the same recipe gives the same digest on another day or machine of the same kind
-    (``rootfs`` for the Debian and Python parts, ``oci`` for the layers). ``pin_debian`` rebuilds with apt unpinned
-    and writes the recipe's Debian manifest from what was installed.
+    (``rootfs`` for the Debian and Python parts, ``oci`` for the layers). ``debian`` says what to do where Debian's
+    mirror no longer serves a pinned version (``pins.DEBIAN_MODES``; ``pin`` always rebuilds).
     """
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
-    if not pin_debian:
+    if debian != "pin":
         cached = image_cache_dir(spec)
         if (cached / "index.json").is_file():
             return BuiltImage(cached, spec.tag, _read_manifest_digest(cached))
@@ -75,12 +75,12 @@ def build_image(spec: ImageSpec, log: Path, pin_debian: bool = False) -> BuiltIm
     work = Path(tempfile.mkdtemp(dir=building, prefix=".rootfs-"))
     try:
         rootfs = work / "rootfs"
-        build_rootfs(recipe, wheelhouse, wheel, rootfs, log, pin_debian)
+        build_rootfs(recipe, wheelhouse, wheel, rootfs, log, debian)
         labels = {
             "org.opencontainers.image.title": spec.name,
             "org.opencontainers.image.description": spec.description,
             "io.hvdflow.python": python_version(),
-            "io.hvdflow.recipe.sha256": load_recipe(spec.recipe).fingerprint(),  # after --pin-debian: the new manifest
+            "io.hvdflow.recipe.sha256": load_recipe(spec.recipe).fingerprint(),  # after --debian pin: the new manifest
         }
         if recipe.horovod is not None and wheel is not None:
             labels.update({"io.hvdflow.tensorflow": recipe.horovod.tensorflow, "io.hvdflow.horovod": recipe.horovod.version,

@@ -2,7 +2,7 @@
 
 ``hvdflow image pin NAME`` writes both: ``--hash=sha256:...`` for every file PyPI holds of each pinned requirement
 (so ``pip --require-hashes`` accepts whichever wheel fits, and nothing else), and the recipe's Debian manifest from
-the root filesystem of a build (``hvdflow image build NAME --pin-debian``). A build then refuses a file or a package
+the root filesystem of a build (``hvdflow image build NAME --debian pin``). A build then refuses a file or a package
 version that differs, naming it.
 """
 
@@ -19,6 +19,10 @@ from hvdflow.files.atomic import write_text_atomic
 from hvdflow.images.build.commands import BuildError
 
 PYPI_SIMPLE = "https://pypi.org/simple"
+DEBIAN_MODES = ("check", "follow", "pin")
+"""What a build does with the recipe's Debian manifest: ``check`` (fail, naming every package whose pinned version
+the mirror no longer serves), ``follow`` (pin what is still served, take the mirror's version of the rest and say
+which: the demo and the tests, which must build on any later day), ``pin`` (apt unpinned; write the manifest)."""
 _NORMALISE = re.compile(r"[-_.]+")
 
 
@@ -95,7 +99,7 @@ def read_debian_manifest(path: Path) -> dict[str, str]:
 def write_debian_manifest(path: Path, packages: dict[str, str], suite: str) -> None:
     """Write ``packages`` as the recipe's Debian manifest."""
     header = (f"# Every Debian package of the image ({suite}) and its version: the build pins apt to them and fails,\n"
-              "# naming the package, where the mirror serves another. Written by `hvdflow image build NAME --pin-debian`.\n")
+              "# naming the package, where the mirror serves another. Written by `hvdflow image build NAME --debian pin`.\n")
     write_text_atomic(path, header + "".join(f"{name} {packages[name]}\n" for name in sorted(packages)))
 
 
@@ -105,8 +109,9 @@ def apt_preferences(packages: dict[str, str]) -> str:
                    for name, version in sorted(packages.items()))
 
 
-def check_debian_packages(found: dict[str, str], pinned: dict[str, str], manifest: Path) -> None:
-    """Raise BuildError naming every package whose installed version is not the one ``manifest`` pins."""
+def check_debian_packages(found: dict[str, str], pinned: dict[str, str], manifest: Path, follow: bool = False) -> str:
+    """Raise BuildError naming every package whose installed version is not the one ``manifest`` pins; with
+    ``follow``, return that message instead (empty when every version is the pinned one)."""
     problems = []
     for name in sorted(set(found) | set(pinned)):
         if name not in found:
@@ -116,6 +121,10 @@ def check_debian_packages(found: dict[str, str], pinned: dict[str, str], manifes
         elif found[name] != pinned[name]:
             problems.append(f"{name}: pinned {pinned[name]}, the mirror gave {found[name]} (the pinned version is "
                             "gone from it)")
-    if problems:
-        raise BuildError(f"the Debian packages differ from {manifest}: " + "; ".join(problems) + ". Debian's mirror "
-                         "has moved on: pin the new versions with `hvdflow image build NAME --pin-debian` (a new image)")
+    if not problems:
+        return ""
+    message = (f"the Debian packages differ from {manifest}: " + "; ".join(problems) + ". Debian's mirror has moved "
+               "on: pin the new versions with `hvdflow image build NAME --debian pin` (a new image)")
+    if not follow:
+        raise BuildError(message)
+    return message

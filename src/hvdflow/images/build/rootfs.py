@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -49,11 +50,13 @@ def installed_packages(root: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
 
 
-def _debian(recipe: Recipe, dest: Path, log: Path, pin: bool) -> None:
-    """mmdebstrap the Debian part into ``dest``, pinned to the recipe's manifest (or, with ``pin``, writing it)."""
+def _debian(recipe: Recipe, dest: Path, log: Path, mode: str) -> None:
+    """mmdebstrap the Debian part into ``dest``, pinned to the recipe's manifest as ``mode`` (``pins.DEBIAN_MODES``)
+    says."""
+    pin = mode == "pin"
     if not pin and not recipe.debian_packages.is_file():
         raise ConfigError(f"{recipe.path}: debian_packages: {recipe.debian_packages} does not exist; write it once with "
-                          "`hvdflow image build NAME --pin-debian` (as root)")
+                          "`hvdflow image build NAME --debian pin` (as root)")
     pinned = {} if pin else read_debian_manifest(recipe.debian_packages)
     env = dict(os.environ, SOURCE_DATE_EPOCH=str(recipe.source_date_epoch))
     with tempfile.NamedTemporaryFile("w", suffix=".pref") as preferences:
@@ -67,14 +70,19 @@ def _debian(recipe: Recipe, dest: Path, log: Path, pin: bool) -> None:
     found = installed_packages(dest)
     if pin:
         write_debian_manifest(recipe.debian_packages, found, recipe.suite)
-    else:
-        check_debian_packages(found, pinned, recipe.debian_packages)
+        return
+    moved = check_debian_packages(found, pinned, recipe.debian_packages, follow=mode == "follow")
+    if moved:
+        with open(log, "a") as out:
+            out.write(f"hvdflow: following the mirror: {moved}\n")
+        print(f"hvdflow: warning: {moved}", file=sys.stderr, flush=True)
 
 
 def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path], dest: Path, log: Path,
-                 pin_debian: bool = False) -> None:
-    """Build the image's root filesystem in ``dest`` (which must not exist) and check that Horovod loads in it."""
-    _debian(recipe, dest, log, pin_debian)
+                 debian: str = "check") -> None:
+    """Build the image's root filesystem in ``dest`` (which must not exist) and check that Horovod loads in it;
+    ``debian`` is what to do with the Debian manifest (``pins.DEBIAN_MODES``)."""
+    _debian(recipe, dest, log, debian)
     stage = dest / _STAGE
     shutil.copytree(wheelhouse, stage)
     shutil.copy2(recipe.requirements, stage / "requirements.txt")
