@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from hvdflow.config.profile import load_profile
+from hvdflow.launch.image_check import ImageCheck, Needs, judge
 from hvdflow.pipeline.record import _git_revision, epoch_metrics, jsonable, run_record
 from hvdflow.pipeline.record_page import record_page
 from pipeline_run import check_run_record
+from test_image_check import GOOD
 
 REPO = Path(__file__).resolve().parent.parent
 SHA = "ab" * 32
@@ -73,6 +75,8 @@ def _local_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     image.write_text(json.dumps({"image": "hvdflow-cpu", "reference": "hvdflow/hvdflow-cpu:t", "registry": "r",
                                  "digest": "sha256:" + SHA, "container": "c", "execmode": "P1",
                                  "udocker_dir": str(tmp_path / "udocker")}))
+    check = ImageCheck("sha256:" + SHA, GOOD, judge(GOOD, Needs(train=True, launcher="gloo")))
+    (tmp_path / "image.check.json").write_text(json.dumps(check.to_json()))
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "s0.tfrecord").write_bytes(b"x")
     index = tmp_path / "data" / "index.json"

@@ -92,6 +92,27 @@ def cmd_image_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_image_check(args: argparse.Namespace) -> int:
+    """Pull (or take the loaded) image, start it once and print what it holds against what jobs need of it."""
+    from hvdflow.errors import ImageError
+    from hvdflow.launch.image_check import SOURCE_MODULES, check_image, needs_of, refusal, table
+    from hvdflow.launch.runtime import UdockerRuntime
+
+    udocker, record = _pull(args)
+    spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    purposes = args.purposes.split(",") if args.purposes else list(spec.purposes)
+    sources = args.sources.split(",") if args.sources else sorted(SOURCE_MODULES)
+    needs = needs_of(purposes, args.launcher, spec.device == "gpu", sources)
+    runtime = UdockerRuntime(replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, args.proot)),
+                             record.container)
+    check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
+    sys.stdout.write(table(spec.name, record.digest, check.parts))
+    problem = refusal(spec.name, check.parts)
+    if problem is not None:
+        raise ImageError(problem)
+    return 0
+
+
 def cmd_image_save(args: argparse.Namespace) -> int:
     """Write the image the lock pins to an OCI archive (for a site without registry access)."""
     from hvdflow.images.offline import save_image
@@ -241,6 +262,15 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--archive", type=Path, default=None, help="take the new image from this OCI archive, not the "
                         "registry")
     update.set_defaults(func=cmd_image_update)
+    check = image.add_parser("check", help="start the image once and judge what it holds against what the jobs need "
+                             "(Python, TensorFlow and tf.keras, Horovod and its controllers, numpy, the preparation "
+                             "libraries, CUDA); exit 1 naming every missing part and what it blocks")
+    _pull_args(check)
+    check.add_argument("--purposes", default=None, help="train,prepare (default: the catalogue's purposes)")
+    check.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo", help="the controller training needs")
+    check.add_argument("--sources", default=None, help="the dataset sources it must prepare (default: all)")
+    check.add_argument("--proot", choices=PROOT_ENGINES, default="image", help="the proot of udocker's P1/P2")
+    check.set_defaults(func=cmd_image_check)
     save = image.add_parser("save", help="write the image the lock pins to an OCI archive, digest intact")
     _catalog_args(save)
     save.add_argument("archive", type=Path, help="the archive to write (a tar of an OCI image layout)")

@@ -137,6 +137,11 @@ def slurm_record(logs_dir: Path) -> dict[str, Any]:
     }
 
 
+def image_check_path(image_record: Path) -> Path:
+    """Where the pull wrote the image's check (``hvdflow image check``) beside its record."""
+    return image_record.with_name(f"{image_record.stem}.check.json")
+
+
 def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
                image_record: Path, index: Path, out_dir: Path, logs_dir: Path, results: list[dict[str, object]],
                started: float, ended: float) -> dict[str, Any]:
@@ -155,6 +160,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                        for name, e in sorted(read_lock(Path(config["lock"])).items())},
         "image": {"name": image["image"], "reference": image["reference"], "registry": image["registry"],
                   "digest": image["digest"], "container": image["container"], "execmode": image["execmode"]},
+        "image_check": json.loads(image_check_path(image_record).read_text()),
         "runtime": profile.runtime,
         "launcher": profile.launcher,
         "code": {**_git_revision(code_location()), "hvdflow_source": str(code_location())},

@@ -6,20 +6,21 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile
-from hvdflow.errors import RunStopped
+from hvdflow.errors import ImageError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import engine_binary
+from hvdflow.launch.image_check import Needs, check_image, needs_of, refusal, table
 from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
@@ -42,9 +43,11 @@ def logged(log: Path) -> Iterator[None]:
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] done\n")
 
 
-def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, log: Path) -> None:
+def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, check_out: Path,
+              needs: Needs, log: Path) -> None:
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
-    container once, and write its record."""
+    container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
+    digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
     with logged(log):
         spec = get_image(load_catalog(catalog), image, catalog)
         udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
@@ -53,7 +56,16 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         else:
             manifest = pull_image(udocker, spec, profile.registry, lock)
         record = ensure_container(udocker, spec, manifest, profile.execmode)
+        runtime = UdockerRuntime(replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, profile.proot)),
+                                 record.container)
+        check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
+        with open(log, "a") as handle:
+            handle.write(table(image, record.digest, check.parts))
+        problem = refusal(image, check.parts)
+        if problem is not None:
+            raise ImageError(problem)
         record_out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(check_out, check.to_json())
         write_json_atomic(record_out, asdict(record))
 
 
@@ -129,9 +141,13 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
 
 # Rule bodies: Snakemake's `run:` blocks call these with the job's namespaces, so the rules stay one line long.
 
-def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+              profile: ClusterProfile) -> None:
     """Rule pull_image."""
-    pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record), Path(log[0]))
+    gpu = profile.slurm is not None and profile.slurm.gpus_per_node > 0
+    needs = needs_of(params.needs["purposes"], profile.launcher, gpu, params.needs["sources"])
+    pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record),
+              Path(output.check), needs, Path(log[0]))
 
 
 def list_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
