@@ -1,5 +1,6 @@
 """Reproducible image builds, on the small recipe (tests/recipes/small): the same recipe built twice, from two empty
-caches, gives one digest; a Debian version the mirror no longer serves is named, and nothing that looks built stays.
+caches, gives one digest; a Debian version the mirror no longer serves is named, and nothing that looks built stays;
+`hvdflow image check` on that image (no Horovod, TensorFlow nor numpy) names each missing part.
 
 Root (mmdebstrap, chroot) and Debian's and PyPI's servers, like the hvdflow-cpu build; about a minute a build."""
 
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, HpcUser, Registry, _chown_tree
 from hvdflow.images.build.commands import BuildError
-from hvdflow.images.build.image import BuiltImage, build_image
+from hvdflow.images.build.image import BuiltImage, build_image, push_image
 from hvdflow.images.catalog import load_catalog
 
 pytestmark = [pytest.mark.image]
@@ -34,8 +35,8 @@ def _blob(image: BuiltImage, digest: str) -> Path:
     return image.layout / "blobs" / "sha256" / digest.split(":", 1)[1]
 
 
-def test_the_small_recipe_built_twice_from_empty_caches_gives_one_digest(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_small_recipe_built_twice_from_empty_caches_gives_one_digest_and_image_check_names_what_it_lacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry: Registry, hpc_user: HpcUser, user_tmp: Path) -> None:
     # "follow": where Debian's mirror has moved on since the manifest, both builds follow it alike (the strict check:
     # the next test); the two builds share nothing but the recipe
     first = _build(tmp_path / "cache-a", tmp_path / "a.log", monkeypatch)
@@ -55,6 +56,23 @@ def test_the_small_recipe_built_twice_from_empty_caches_gives_one_digest(tmp_pat
     assert "etc/resolv.conf" not in names and "etc/hostname" not in names, "the building host's files stayed"
     assert any(n.startswith("usr/local/lib/python3.11/dist-packages/six") for n in names), "six was not installed"
     assert not any("hvdflow-pins" in n for n in names), "the apt pins stayed in the image"
+
+    # a real image without Horovod, TensorFlow or numpy: `hvdflow image check` names each part and what it blocks
+    push_image(first, registry.url, "hvdflow-tests/small", "1", tmp_path / "push.log")
+    recipes = user_tmp / "recipes"
+    shutil.copytree(REPO / "tests" / "recipes", recipes)
+    _chown_tree(recipes, hpc_user.uid, hpc_user.gid)
+    check = ["image", "check", "small", "--catalog", str(recipes / "catalog.yaml"), "--registry", registry.url,
+             "--udocker-dir", str(user_tmp / "udocker")]
+    refused = hpc_user.hvdflow(*check, timeout=600)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "hvdflow: error: image small cannot run these jobs: " in refused.stderr
+    marked = {line.split()[1] for line in refused.stdout.splitlines() if line.startswith("!")}
+    assert marked == {"numpy", "tensorflow", "tf.keras", "horovod"}, refused.stdout
+    assert "horovod is ModuleNotFoundError: No module named 'horovod' (needs >= 0.28; blocks training)" in refused.stderr
+    assert next(line for line in refused.stdout.splitlines() if line.split()[0] == "python").split()[1].startswith("3.11")
+    facts = list((user_tmp / "udocker" / ".hvdflow" / "checks").glob("*.json"))
+    assert [f.stem for f in facts] == [first.manifest_digest.split(":", 1)[1]], "the probe's facts are kept by digest"
 
 
 def test_a_debian_version_the_mirror_no_longer_serves_fails_the_build_naming_it(tmp_path: Path,

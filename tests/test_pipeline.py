@@ -40,6 +40,13 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     record = demo.json("results/demo/run.json")
     assert record["image"]["digest"] == cpu_image.manifest_digest
     assert record["image_lock"]["hvdflow-cpu"]["digest"] == cpu_image.manifest_digest  # the lock's content, as read
+    # the pull checked the image against what the demo's jobs need before any job ran (hvdflow image check)
+    check = record["image_check"]
+    assert check["ok"] and check["digest"] == cpu_image.manifest_digest
+    assert (check["facts"]["python"], check["facts"]["tensorflow"]["version"]) == ("3.11.2", "2.15.1")
+    assert check["facts"]["horovod"]["built"]["gloo"] and check["facts"]["horovod"]["built"]["mpi"]
+    assert {p["name"] for p in check["parts"]} >= {"python", "tf.keras", "horovod gloo", "sklearn"}
+    assert "  horovod gloo  " in (demo.root / "logs/pull_image/hvdflow-cpu.log").read_text()
     assert record["image"]["reference"] == "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11"
     assert [r["rank"] for r in record["ranks"]] == [0, 1]
     # the two ranks were bound to cores of their own, as many as their threads (the CPU binding: tests/test_smoke.py)
