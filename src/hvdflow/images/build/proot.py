@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hvdflow.files.cache import cache_root, content_key, sha256_file, source_fingerprint
 from hvdflow.images.build.commands import BuildError, run_step
-from hvdflow.images.build.wheels import debian_package_version
+from hvdflow.images.build.wheels import PREFIX_MAP_TARGET, debian_package_version
 from hvdflow.images.recipe import ProotBuild
 
 SECCOMP_ON = "Seccomp:\t2"
@@ -68,8 +68,11 @@ def ensure_proot(build: ProotBuild, log: Path) -> Path:
     try:
         tree = _unpack(sources, work, log)
         _patch(build, tree, log)
+        # the random build directory renamed in what the compiler records (debug info, hence the build id that
+        # survives the strip), so that the same sources give the same binary
         run_step(["make", "-C", "src", "proot", "LDFLAGS=-static -Wl,-z,noexecstack -ltalloc"], log, cwd=tree,
-                 env=dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}"))
+                 env=dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}",
+                          CFLAGS=f"-ffile-prefix-map={work}={PREFIX_MAP_TARGET}"))
         binary = tree / "src" / "proot"
         run_step(["strip", str(binary)], log)
         check_seccomp(binary)

@@ -10,16 +10,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 from hvdflow.errors import ConfigError
-from hvdflow.files.cache import cache_root, content_key
+from hvdflow.files.cache import cache_root, content_key, source_fingerprint
 from hvdflow.images.build.commands import BuildError, run_step
 from hvdflow.images.recipe import HorovodBuild, Recipe
 
 BUILD_PYTHON = "/usr/bin/python3"
+PREFIX_MAP_TARGET = "/hvdflow-build"
+"""What ``-ffile-prefix-map`` turns a compile's random build directory into, so that compiled files are reproducible."""
 
 
 def python_version(python: str = BUILD_PYTHON) -> str:
@@ -90,7 +93,7 @@ def horovod_wheel_key(recipe: Recipe) -> str:
     mpi = debian_package_version("libopenmpi-dev") if with_mpi else "none"
     return content_key("horovod", horovod.version, horovod.sdist_sha256, "tensorflow", horovod.tensorflow,
                        "python", python_version(), "mpi", mpi, repr(sorted(horovod.build_env)),
-                       str(recipe.source_date_epoch))[:16]
+                       str(recipe.source_date_epoch), source_fingerprint(Path(__file__)))[:16]
 
 
 def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
@@ -116,17 +119,29 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
                               check=True, capture_output=True, text=True).stdout.strip()
         env = dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}", SOURCE_DATE_EPOCH=str(recipe.source_date_epoch))
         env.update({k: v.format(site_packages=site) for k, v in horovod.build_env})
-        raw = tmp / "raw"
-        sdist = tmp / "horovod-sdist.txt"  # the sources PyPI serves must be the ones the recipe pins
+        # Horovod's sources, checked against the recipe's sha256, unpacked here so that every path the compiler
+        # sees (sources, TensorFlow's headers in the venv) is under tmp, which -ffile-prefix-map renames: no random
+        # directory name reaches the shared object, and the same recipe gives the same wheel
+        sdist = tmp / "horovod-sdist.txt"
         sdist.write_text(f"horovod=={horovod.version} --hash=sha256:{horovod.sdist_sha256}\n")
-        run_step(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", "--no-binary=horovod",
-                        "--require-hashes", "-r", str(sdist), "-w", str(raw)], log, env=env)
+        run_step(pip + ["download", "--no-cache-dir", "--no-deps", "--no-binary=:all:", "--require-hashes",
+                        "-r", str(sdist), "-d", str(tmp / "sdist")], log)
+        (archive,) = sorted((tmp / "sdist").glob("horovod-*.tar.gz"))
+        with tarfile.open(archive) as tar:  # checked by its sha256 above (Debian's Python 3.11.2 has no filter=)
+            tar.extractall(tmp / "src")
+        tree = tmp / "src" / f"horovod-{horovod.version}"
+        mapped = f"-ffile-prefix-map={tmp}={PREFIX_MAP_TARGET}"
+        env.update(CFLAGS=mapped, CXXFLAGS=mapped)
+        raw = tmp / "raw"
+        run_step(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", str(tree), "-w", str(raw)],
+                 log, env=env)
         built = sorted(raw.glob("horovod-*.whl"))
         if len(built) != 1:
             raise BuildError(f"pip wheel produced {len(built)} Horovod wheels in {raw}, expected one (log: {log})")
         _strip_wheel(venv, built[0], tmp, log, recipe.source_date_epoch)
-        shutil.rmtree(venv)
-        shutil.rmtree(raw)
+        for part in (venv, raw, tmp / "src", tmp / "sdist"):
+            shutil.rmtree(part)
+        sdist.unlink()
         _finish(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
