@@ -108,9 +108,18 @@ def train_gres(wildcards):
 def image_needs(image):
     """What this workflow's jobs need of an image: training (an experiment runs in it) and the dataset sources it
     prepares."""
-    sources = sorted({entry["source"] for entry in config["datasets"].values() if entry["image"] == image})
+    sources = sorted(
+        {
+            entry["source"]
+            for entry in config["datasets"].values()
+            if entry["image"] == image
+        }
+    )
     train = any(entry["image"] == image for entry in config["experiments"].values())
-    return {"purposes": (["train"] if train else []) + (["prepare"] if sources else []), "sources": sources}
+    return {
+        "purposes": (["train"] if train else []) + (["prepare"] if sources else []),
+        "sources": sources,
+    }
 
 
 def get_image_record(image):
