@@ -62,8 +62,9 @@ def test_the_small_recipe_built_twice_from_empty_caches_gives_one_digest_and_ima
     recipes = user_tmp / "recipes"
     shutil.copytree(REPO / "tests" / "recipes", recipes)
     _chown_tree(recipes, hpc_user.uid, hpc_user.gid)
+    # an image hvdflow did not build carries no proot of its own: the host's runs it, as `proot: host` in a profile
     check = ["image", "check", "small", "--catalog", str(recipes / "catalog.yaml"), "--registry", registry.url,
-             "--udocker-dir", str(user_tmp / "udocker")]
+             "--udocker-dir", str(user_tmp / "udocker"), "--proot", "host"]
     refused = hpc_user.hvdflow(*check, timeout=600)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "hvdflow: error: image small cannot run these jobs: " in refused.stderr

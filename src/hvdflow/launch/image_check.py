@@ -1,7 +1,7 @@
 """Does an image hold what a job needs? Start it once, ask it (``hvdflow_trainer.probe``), judge every part.
 
 Judged against what hvdflow's in-container code needs for each purpose: training (Python, TensorFlow with Keras 2 as
-``tf.keras``, Horovod built with the launcher's controller, NCCL and a CUDA TensorFlow on GPUs, numpy) and preparation
+``tf.keras``, Horovod built with the launcher's controller, NCCL and a CUDA TensorFlow for a GPU image, numpy) and preparation
 (TensorFlow to write TFRecords, numpy, and the libraries of the dataset sources it prepares). The facts are cached by
 the image's digest beside udocker's files, so an image is started for this once; the run record holds them.
 """

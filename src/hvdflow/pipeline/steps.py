@@ -8,7 +8,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
@@ -20,7 +20,7 @@ from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import engine_binary
-from hvdflow.launch.image_check import Needs, check_image, needs_of, refusal, table
+from hvdflow.launch.image_check import check_image, needs_of, refusal, table
 from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
@@ -44,7 +44,7 @@ def logged(log: Path) -> Iterator[None]:
 
 
 def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, check_out: Path,
-              needs: Needs, log: Path) -> None:
+              purposes: Sequence[str], sources: Sequence[str], log: Path) -> None:
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
     container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
     digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
@@ -58,6 +58,8 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         record = ensure_container(udocker, spec, manifest, profile.execmode)
         runtime = UdockerRuntime(replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, profile.proot)),
                                  record.container)
+        # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)
+        needs = needs_of(purposes, profile.launcher, spec.device == "gpu", sources)
         check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
         with open(log, "a") as handle:
             handle.write(table(image, record.digest, check.parts))
@@ -144,10 +146,8 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
 def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
               profile: ClusterProfile) -> None:
     """Rule pull_image."""
-    gpu = profile.slurm is not None and profile.slurm.gpus_per_node > 0
-    needs = needs_of(params.needs["purposes"], profile.launcher, gpu, params.needs["sources"])
     pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record),
-              Path(output.check), needs, Path(log[0]))
+              Path(output.check), params.needs["purposes"], params.needs["sources"], Path(log[0]))
 
 
 def list_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
