@@ -288,3 +288,17 @@ def test_an_archive_of_another_digest_than_the_lock_is_refused_until_update(
     assert updated.returncode == 0, updated.stderr
     assert f"moved from {new.manifest_digest} to {old.manifest_digest}" in updated.stderr
     assert old.manifest_digest in lock.read_text()
+
+
+def test_image_check_of_an_image_without_python_names_it_and_keeps_nothing_running(
+        hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    image = tiny_repo.push("nopython")
+    catalog = tiny_repo.catalog(hpc_user, "nopython")
+    proc = _offline(hpc_user, "check", "tiny", "--catalog", str(catalog), "--registry", tiny_repo.registry.url,
+                    "--udocker-dir", str(user_tmp / "udocker"), "--proot", "host", "--purposes", "train")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "hvdflow: error: image tiny cannot run these jobs: python is none (needs >= 3.8; blocks training)" in proc.stderr
+    assert {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("!")} == {
+        "python", "numpy", "tensorflow", "tf.keras", "horovod"}
+    facts = json.loads((user_tmp / "udocker" / ".hvdflow" / "checks" / f"{image.manifest_digest[7:]}.json").read_text())
+    assert facts["python"] == "none" and facts["probe_error"], facts
