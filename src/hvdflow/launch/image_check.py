@@ -133,7 +133,8 @@ def refusal(image: str, parts: list[Part]) -> Optional[str]:
 
 
 def probe(runtime: Runtime, digest: str, cache: Path, timeout: float = PROBE_TIMEOUT) -> dict[str, Any]:
-    """The image's facts: from the cache (keyed by ``digest``), else by running the probe in it once."""
+    """The image's facts: from the cache (keyed by ``digest``), else by running the probe in it once. A probe that
+    failed for another reason than the image having no ``python3`` is not cached."""
     cached = cache / f"{digest.split(':', 1)[-1]}.json"
     if cached.is_file():
         return dict(json.loads(cached.read_text()))
@@ -147,6 +148,8 @@ def probe(runtime: Runtime, digest: str, cache: Path, timeout: float = PROBE_TIM
     if line is None:
         output = (proc.stdout + proc.stderr).strip()[-1500:]
         facts: dict[str, Any] = {"python": _python_of(output), "probe_error": output or f"exit {proc.returncode}"}
+        if facts["python"] != "none":  # a failure of udocker or proot, not a fact of the image: ask again next time
+            return facts
     else:
         facts = json.loads(line[len(_MARK):])
     cache.mkdir(parents=True, exist_ok=True)
