@@ -146,6 +146,38 @@ def test_staging_reports_are_read_in_rank_order(tmp_path: Path) -> None:
     assert [r["SLURM_PROCID"] for r in read_reports(tmp_path)] == ["0", "2", "10"]
 
 
+def _ignores(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` ignores ``sig`` (its ``SigIgn`` mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    return bool(mask & (1 << (sig - 1)))
+
+
+def test_a_staging_task_caught_by_the_time_limits_warning_goes_on_and_reports(tmp_path: Path) -> None:
+    # --signal=USR1@grace warns every step of the job: a staging task (here one waiting for its node's first task)
+    # or a clean-up task it catches must not die of SIGUSR1's default action
+    dest, reports = tmp_path / "scratch/hvdflow-job-5/dataset", tmp_path / "reports"
+    reports.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "SLURM_LOCALID": "1", "SLURM_PROCID": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "hvdflow.slurm.staging", "stage", str(tmp_path / "source"),
+                             str(dest), str(reports), "5"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10  # started and waiting by then, however slow the machine
+        while proc.poll() is None and not _ignores(proc.pid, signal.SIGUSR1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the staging task died of the warning signal"
+        dest.mkdir(parents=True)
+        (dest / "index.json").write_text("{}")
+        assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.kill()
+        proc.wait()
+    assert json.loads((reports / "task-1.json").read_text())["SLURM_LOCALID"] == "1"
+
+
 # the rank below a waiting parent, as the trainer sits below `udocker run` and proot: it checkpoints on SIGUSR1
 RANK_BELOW_A_PARENT = r"""
 import subprocess, sys

@@ -216,14 +216,27 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
                 mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
             _train_mpi(ranks, rank_program, logs, mpi_env, timeout, progress)
     finally:
-        clean = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--overlap",
-                 *_python("hvdflow.slurm.staging", "clean", str(staged.parent))]
-        cleanup = start("scratch clean-up", clean, logs / "cleanup.log", env)
-        try:
-            supervise([cleanup], CLEANUP_TIMEOUT)
-        except LaunchError as exc:
-            print(f"hvdflow: warning: {exc}", file=sys.stderr)
+        clean_scratch(staged.parent, nodes, logs / "cleanup.log", env)
     return staged
+
+
+def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tries: int = 2) -> bool:
+    """Remove ``job_dir`` from every node's scratch with one task per node; whether it succeeded.
+
+    A failed clean-up is tried again (the time limit's warning, sent once to every job step, may have caught the
+    first one starting up, before it ignores the signal); if the last try fails too, a warning names the log, and the
+    next job of the user on that node sweeps the directory.
+    """
+    clean = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--overlap",
+             *_python("hvdflow.slurm.staging", "clean", str(job_dir))]
+    for attempt in range(1, tries + 1):
+        try:
+            supervise([start("scratch clean-up", clean, log, env)], CLEANUP_TIMEOUT)
+            return True
+        except LaunchError as exc:
+            again = "; trying again" if attempt < tries else f"; {job_dir} stays on the nodes. Log: {log}"
+            print(f"hvdflow: warning: {exc}{again}", file=sys.stderr)
+    return False
 
 
 def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], logs: Path, env: dict[str, str],

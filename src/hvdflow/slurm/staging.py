@@ -6,6 +6,11 @@ Slurm killed, or one that ended on a signal, cannot clean up after itself), then
 to ``DEST``, checks every shard's sha256 against the index, and renames the copy into place; the node's other tasks
 wait for it. Every task writes what srun told it (node, tasks per node) to ``REPORT_DIR/task-<rank>.json``, which the
 MPI launch mode reads. ``clean DEST`` (one task per node) removes the staged copy.
+
+Both ignore SIGUSR1: ``--signal=USR1@<grace>`` warns every step of the job, and the warning is meant for the ranks
+(they checkpoint and stop). A staging or clean-up step it caught would die of SIGUSR1's default action: a half-done
+staging would fail the attempt, a clean-up would leave the staged copy on the nodes. The limit's SIGTERM still ends
+them.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -109,6 +115,7 @@ def main(argv: list[str]) -> int:
 
     ``LIVE_JOBS``: the user's jobs that Slurm lists, comma-separated (``-``: unknown, sweep nothing).
     """
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     env = os.environ
     try:
         if argv[0] == "clean":
