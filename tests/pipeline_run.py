@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -114,3 +115,24 @@ class Pipeline:
         """A JSON file of the tree (a run record checked against its schema)."""
         path = self.root / rel
         return check_run_record(path) if path.name == "run.json" else json.loads(path.read_text())
+
+
+def benchmark_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+                       **section: object) -> Pipeline:
+    """A tree started from ``prepared`` (image pulled) whose config's ``benchmark:`` is the small smoke one with
+    ``section``'s keys changed."""
+    pipeline = Pipeline(user, registry, udocker_dir, prepared)
+    config_file = pipeline.root / "config" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    config["benchmark"] = {"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], "nodes": [1],
+                           "runtimes": ["udocker"], "repetitions": 1, "warmup_steps": 3, "steps": 20,
+                           "allreduce_sizes_kib": [1, 1024], **section}
+    config_file.write_text(yaml.safe_dump(config))
+    return pipeline
+
+
+def read_table(pipeline: Pipeline) -> dict[tuple[str, int, int, str, str, int], dict[str, str]]:
+    """The benchmark's table.csv by (kind, ranks, nodes, runtime, metric, size_bytes)."""
+    with open(pipeline.root / "results/benchmark/table.csv", newline="") as handle:
+        return {(r["kind"], int(r["ranks"]), int(r["nodes"]), r["runtime"], r["metric"], int(r["size_bytes"])): r
+                for r in csv.DictReader(handle)}

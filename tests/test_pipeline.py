@@ -19,7 +19,7 @@ from conftest import REPO, HpcUser, Registry, _chown_tree
 from helpers import build_tiny_layout
 from hvdflow.images.build.image import BuiltImage, push_image
 from hvdflow.testbed.registry_server import start_registry
-from pipeline_run import PNG, Pipeline, check_run_record, processes_naming
+from pipeline_run import PNG, Pipeline, benchmark_pipeline, check_run_record, processes_naming, read_table
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -244,22 +244,64 @@ def test_hvdflow_rerun_of_a_record_with_another_seed_runs_and_names_what_differs
     assert "! weights_sha256" in proc.stdout and "verdict: differs (exit 3)" in proc.stdout
 
 
-def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
-                                               udocker_dir: Path) -> None:
-    # the native venv reuses the wheelhouse and Horovod wheel the image build made (same keys), as a user would
-    # after building once; copying them saves the 3-minute compile
+def give_the_user_the_image_builds_wheels(hpc_user: HpcUser) -> None:
+    """The native venv reuses the wheelhouse and Horovod wheel the image build made (same keys), as a user would
+    after building once; copying them saves the 3-minute compile."""
     cache = hpc_user.home / ".cache" / "hvdflow"
     for part in ("wheelhouse", "wheels"):
         source = Path.home() / ".cache" / "hvdflow" / part
         if source.is_dir():
             shutil.copytree(source, cache / part, dirs_exist_ok=True)
     _chown_tree(cache, hpc_user.uid, hpc_user.gid)
+
+
+def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
+                                               udocker_dir: Path) -> None:
+    give_the_user_the_image_builds_wheels(hpc_user)
     native = Pipeline(hpc_user, registry, udocker_dir)
     proc = native.snakemake(profile="local-native")
     assert proc.returncode == 0, proc.stderr[-5000:]
     record = native.json("results/demo/run.json")
     assert record["runtime"] == "native"
     assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+
+
+def test_the_benchmark_measures_udocker_against_native_and_reports_every_goal(demo: Pipeline, hpc_user: HpcUser,
+                                                                            registry: Registry, udocker_dir: Path) -> None:
+    give_the_user_the_image_builds_wheels(hpc_user)
+    pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, demo, runtimes=["udocker", "native"],
+                                  repetitions=2)
+    proc = pipeline.snakemake("benchmark")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert "rule pull_image" not in proc.stdout + proc.stderr  # the demo's pulled image serves
+    table = read_table(pipeline)
+    for runtime in ("udocker", "native"):
+        for ranks in (1, 2):
+            row = table[("mlp", ranks, 1, runtime, "samples_per_second", 0)]
+            assert int(row["n"]) == 2 and float(row["mean"]) > 0 and float(row["ci95"]) >= 0
+            assert float(table[("mlp", ranks, 1, runtime, "seconds_to_first_step", 0)]["mean"]) > 0
+        assert float(table[("mlp", 2, 1, runtime, "efficiency", 0)]["mean"]) > 0
+        assert float(table[("mlp", 1, 1, runtime, "efficiency", 0)]["mean"]) == 1.0
+        for size in (1024, 2 ** 20):
+            assert float(table[("allreduce", 2, 1, runtime, "bus_bandwidth_bytes_per_second", size)]["mean"]) > 0
+        assert float(table[("allreduce", 2, 1, runtime, "tcp_bytes_per_second", 0)]["mean"]) > 0
+    # each rank of a 2-rank measurement owns its own core and runs one thread: the local launcher's binding
+    measured = pipeline.json("results/benchmark/measurements/mlp-r2-n1-udocker-0.json")
+    assert measured["ranks"] == 2 and measured["threads"] == 1 and measured["tensorflow"] == "2.15.1"
+    assert sorted(tuple(r["cpus"]) for r in measured["per_rank"]) == [(0,), (1,)]
+    assert measured["seconds_to_first_step"] > measured["launch_to_import_seconds"] > measured["import_seconds"] > 0
+    summary = pipeline.json("results/benchmark/summary.json")
+    assert sorted(g["name"].split(",")[0] for g in summary["goals"]) == [
+        "allreduce bus bandwidth", "rank start + TF/Horovod import", "time to the first step",
+        "training time per sample"]
+    log = (pipeline.root / "logs/benchmark_summary.log").read_text()
+    for goal in summary["goals"]:
+        assert re.search(re.escape(goal["name"]) + r": [\d.]+ \(goal [<>]= [\d.]+\) (met|MISSED by [\d.]+ %)", log), log
+    assert "allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log
+    for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
+        assert (pipeline.root / f"results/benchmark/plots/{plot}.png").read_bytes().startswith(PNG)
+    assert not list((pipeline.root / "results/benchmark/measurements").glob(".*")), "a work folder was left"
+    assert pipeline.processes() == []
 
 
 def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(demo: Pipeline, hpc_user: HpcUser,

@@ -16,7 +16,7 @@ import yaml
 from conftest import HpcUser, Registry
 from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
-from pipeline_run import Pipeline
+from pipeline_run import Pipeline, benchmark_pipeline, read_table
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
 
@@ -422,3 +422,23 @@ def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any
     evaluation = pipeline.json("results/ben/evaluation.json")
     assert evaluation["micro"]["f1"] >= 0.8, evaluation["micro"]
     assert node_scratch_leftovers(cluster) == []
+
+
+def test_the_benchmark_runs_each_measurement_as_a_slurm_job_on_one_and_two_nodes(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
+    pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, prepared, ranks=[2], nodes=[1, 2])
+    proc = pipeline.snakemake("benchmark", profile="testbed")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    assert output.count("rule benchmark_measure:") == 4, output[-8000:]  # mlp and allreduce, on 1 and on 2 nodes
+    table = read_table(pipeline)
+    for nodes in (1, 2):
+        measured = pipeline.json(f"results/benchmark/measurements/mlp-r2-n{nodes}-udocker-0.json")
+        assert sorted(r["hostname"] for r in measured["per_rank"]) == (["n1", "n1"] if nodes == 1 else ["n1", "n2"])
+        assert float(table[("mlp", 2, nodes, "udocker", "samples_per_second", 0)]["mean"]) > 0
+        assert float(table[("allreduce", 2, nodes, "udocker", "bus_bandwidth_bytes_per_second", 2 ** 20)]["mean"]) > 0
+    # across nodes the raw TCP stream goes to the last rank's node over the network Gloo uses
+    crossing = pipeline.json("results/benchmark/measurements/allreduce-r2-n2-udocker-0.json")
+    assert crossing["tcp"]["address"][0] == cluster.node_addr("n2"), crossing["tcp"]
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []

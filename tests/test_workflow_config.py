@@ -91,6 +91,10 @@ def _edit(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
     (lambda c: c.update(colour="red"), "'colour' was unexpected"),
     (lambda c: c["experiments"]["demo"].update(resume="sometimes"), "'sometimes' is not one of ['auto', 'never']"),
     (lambda c: c["experiments"]["demo"].update(checkpoint_every=0), "0 is less than the minimum of 1"),
+    (lambda c: c["benchmark"].update(repetitions=0), "On instance['benchmark']['repetitions']"),
+    (lambda c: c["benchmark"].update(nodes=[1, 2]),
+     "benchmark.ranks 2 on benchmark.nodes 2: nodes 2 needs a Slurm profile"),
+    (lambda c: c["benchmark"].update(image="no-such-image"), "benchmark.image: 'no-such-image' is not an image"),
 ])
 def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
     _edit(tree / "config" / "config.yaml", edit)
@@ -115,6 +119,28 @@ def test_bad_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> N
     proc = snakemake(tree, "--profile", "profiles/local", "--dry-run")
     assert proc.returncode != 0
     assert "profiles/local/hvdflow.yaml" in proc.stdout + proc.stderr and message in proc.stdout + proc.stderr
+
+
+def test_a_benchmark_asking_more_gpus_than_the_clusters_nodes_have_is_named_before_any_job(tree: Path) -> None:
+    # the test bed declares 4 GPUs per node: 10 ranks on 2 nodes need 5 per node
+    _edit(tree / "config" / "config.yaml", lambda c: c["benchmark"].update(ranks=[2, 10], nodes=[2]))
+    proc = snakemake(tree, "--profile", "profiles/testbed", "--dry-run", "benchmark")
+    assert proc.returncode != 0
+    assert ("benchmark.ranks 10 on benchmark.nodes 2: 10 ranks on 2 node(s) need 5 GPUs per node (one per rank), "
+            "but profiles/testbed/hvdflow.yaml declares gpus_per_node: 4") in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("profile", ["local", "testbed"])
+def test_the_benchmark_target_plans_every_measurement_then_the_table_and_figures(tree: Path, profile: str) -> None:
+    proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run", "benchmark")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = proc.stdout + proc.stderr
+    config = yaml.safe_load((tree / "config" / "config.yaml").read_text())["benchmark"]
+    # per repetition and runtime: the model at each rank count, and the allreduce sweep at 2 ranks
+    expected = config["repetitions"] * len(config["runtimes"]) * (len(config["ranks"]) + 1)
+    assert ["benchmark_measure", str(expected)] in [line.split() for line in jobs.splitlines()], jobs[-3000:]
+    for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
+        assert f"results/benchmark/plots/{plot}.png" in jobs
 
 
 def test_without_a_profile_the_embedded_default_runs(tree: Path) -> None:

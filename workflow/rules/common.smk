@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from hvdflow.pipeline import steps  # noqa: E402
 from hvdflow.images.catalog import load_catalog  # noqa: E402
+from hvdflow.config.benchmark import ALLREDUCE, MODELS, benchmark_spec  # noqa: E402
 from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
 from hvdflow.config.keyorder import key_sorted  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
@@ -80,6 +81,32 @@ for _section, _purpose in (("experiments", "train"), ("datasets", "prepare")):
                 f"(its purposes in {config['catalog']}: {', '.join(CATALOG[_entry['image']].purposes)})"
             )
 
+# the benchmark (config `benchmark:`), checked before any job like the experiments: keys, layouts, image
+BENCHMARK = None
+if "benchmark" in config:
+    try:
+        BENCHMARK = benchmark_spec(config["benchmark"])
+        for _ranks, _nodes in BENCHMARK.layouts():
+            check_layout(
+                f"benchmark.ranks {_ranks} on benchmark.nodes {_nodes}",
+                _ranks,
+                _nodes,
+                PROFILE.slurm,
+                PROFILE.path,
+            )
+    except HvdflowError as exc:
+        raise WorkflowError(str(exc)) from None
+    if (
+        BENCHMARK.image not in CATALOG
+        or "train" not in CATALOG[BENCHMARK.image].purposes
+    ):
+        raise WorkflowError(
+            f"benchmark.image: {BENCHMARK.image!r} is not an image of the catalogue {config['catalog']} that trains "
+            f"({', '.join(sorted(n for n, i in CATALOG.items() if 'train' in i.purposes))})"
+        )
+BENCHMARK_KINDS = list(MODELS) + [ALLREDUCE]
+BENCHMARK_PLOTS = ["throughput", "efficiency", "runtime_ratio", "allreduce"]
+
 
 wildcard_constraints:
     experiment="|".join(config["experiments"]),
@@ -115,7 +142,9 @@ def image_needs(image):
             if entry["image"] == image
         }
     )
-    train = any(entry["image"] == image for entry in config["experiments"].values())
+    train = any(
+        entry["image"] == image for entry in config["experiments"].values()
+    ) or (BENCHMARK is not None and BENCHMARK.image == image)
     return {
         "purposes": (["train"] if train else []) + (["prepare"] if sources else []),
         "sources": sources,
@@ -166,3 +195,25 @@ def get_final_outputs():
         if task_of(config["datasets"][entry["dataset"]]) == "single-label":
             outputs.append(f"results/{name}/plots/confusion_matrix.png")
     return outputs
+
+
+def benchmark_spec_or_error():
+    """The config's benchmark, or an error saying that the config has none."""
+    if BENCHMARK is None:
+        raise WorkflowError(
+            "the benchmark target needs a `benchmark:` section in the config (config/README.md)"
+        )
+    return BENCHMARK
+
+
+def benchmark_tasks(wildcards):
+    """The task resources of one benchmark measurement's job (as a training job's)."""
+    return job_task_resources(int(wildcards.ranks), int(wildcards.nodes), PROFILE.slurm)
+
+
+def get_benchmark_measurements():
+    """Every measurement file of the config's benchmark."""
+    return [
+        f"results/benchmark/measurements/{m.name}.json"
+        for m in benchmark_spec_or_error().measurements()
+    ]

@@ -1,4 +1,5 @@
-"""A training job as every launcher takes it: the trainer's options, the layout of its ranks, and its folders."""
+"""A job of Horovod ranks as every launcher takes it: the in-container program and its options, the layout of its
+ranks, and its folders."""
 
 from __future__ import annotations
 
@@ -9,20 +10,26 @@ from typing import Optional, Sequence
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """``ranks`` Horovod ranks over ``nodes`` nodes, each running the trainer with ``trainer_args``.
+    """``ranks`` Horovod ranks over ``nodes`` nodes, each running ``python3 -m <module>`` with ``trainer_args``.
 
-    The ranks read the prepared dataset at ``dataset_dir`` (or a node-local copy of it) and write to ``out_dir``;
-    rank logs and the rendezvous files go to ``logs_dir``.
+    The ranks read the prepared dataset at ``dataset_dir`` (or a node-local copy of it; None: a program that reads
+    none, such as the benchmark's) and write to ``out_dir``; rank logs and the rendezvous files go to ``logs_dir``.
     """
 
     trainer_args: Sequence[str]
     ranks: int
     nodes: int
-    dataset_dir: Path
+    dataset_dir: Optional[Path]
     out_dir: Path
     logs_dir: Path
+    module: str = "hvdflow_trainer.train"
 
     def argv(self, dataset_dir: Optional[Path] = None) -> list[str]:
-        """The trainer's command line, reading ``dataset_dir`` (default: the prepared dataset itself)."""
-        return ["python3", "-m", "hvdflow_trainer.train", "--dataset", str(dataset_dir or self.dataset_dir),
-                "--out", str(self.out_dir), *self.trainer_args]
+        """The program's command line, reading ``dataset_dir`` (default: the prepared dataset itself, if any)."""
+        data = dataset_dir or self.dataset_dir
+        return ["python3", "-m", self.module, *(["--dataset", str(data)] if data else []), "--out", str(self.out_dir),
+                *self.trainer_args]
+
+    def paths(self) -> list[Path]:
+        """The host folders the ranks read and write (bound into containers): the outputs and the dataset."""
+        return [self.out_dir] + ([self.dataset_dir] if self.dataset_dir else [])

@@ -1,9 +1,9 @@
 """The pipeline's stages: list, prepare, gather, train and evaluate, each one function a rule's step calls.
 
 Each stage runs the in-container code through a runtime (:mod:`hvdflow.launch.runtime`), writes its outputs, and
-writes the file that marks it complete last, so a failed stage never leaves outputs that look complete. :func:`train`
-is the one place where a training goes to the local launchers (:mod:`hvdflow.launch.local`) or across the nodes of a
-Slurm job (:mod:`hvdflow.slurm.launch`).
+writes the file that marks it complete last, so a failed stage never leaves outputs that look complete.
+:func:`launch_ranks` is the one place where ranks (a training's, a benchmark's) go to the local launchers
+(:mod:`hvdflow.launch.local`) or across the nodes of a Slurm job (:mod:`hvdflow.slurm.launch`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.launch.cpus import local_plan, slurm_plan
+from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
 from hvdflow.launch.rank_env import placements
@@ -117,25 +117,14 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     logs_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(logs_dir / "identity.json", dict(identity))
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
-    if slurm is None:
-        cpus = local_plan(spec.ranks, cpu_bind)
-    else:
-        cpus = slurm_plan(spec.ranks, cpus_per_task(current_job(), os.environ), slurm.cpu_bind)
+    cpus = cpu_plan(spec.ranks, slurm, cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
     job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
                       spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)
     begin_attempt(checkpoints, plan)
     started = time.time()
     try:
-        if slurm is not None:
-            launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus_per_task=cpus.threads)
-        elif launcher == "gloo":
-            ranks = placements([(socket.gethostname(), spec.ranks)])
-            launch_gloo_local(runtime, ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout, cpus, iface,
-                              progress)
-        else:
-            launch_mpi_local(runtime, spec.ranks, job.argv(), logs_dir, [out_dir, dataset_dir], timeout, cpus,
-                             progress=progress)
+        launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
         results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
     except BaseException as exc:
         for name in ("model.keras", "metrics.json"):
@@ -148,6 +137,27 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
         raise
     end_attempt(checkpoints, "completed")
     return results
+
+
+def cpu_plan(ranks: int, slurm: Optional[SlurmCluster], cpu_bind: str) -> CpuPlan:
+    """Each rank's cores and thread count: on this machine as ``cpu_bind`` says, under Slurm the job's
+    ``--cpus-per-task`` bound as the cluster's ``cpu_bind`` says (:mod:`hvdflow.launch.cpus`)."""
+    if slurm is None:
+        return local_plan(ranks, cpu_bind)
+    return slurm_plan(ranks, cpus_per_task(current_job(), os.environ), slurm.cpu_bind)
+
+
+def launch_ranks(runtime: Runtime, launcher: str, job: TrainingJob, cpus: CpuPlan, slurm: Optional[SlurmCluster],
+                 iface: str, timeout: Optional[float], progress: Optional[Path]) -> None:
+    """Run ``job``'s ranks to the end: across the nodes of the current Slurm job with ``slurm``, else on this
+    machine with ``launcher``; the one place where ranks go to a launcher."""
+    if slurm is not None:
+        launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus_per_task=cpus.threads)
+    elif launcher == "gloo":
+        ranks = placements([(socket.gethostname(), job.ranks)])
+        launch_gloo_local(runtime, ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, iface, progress)
+    else:
+        launch_mpi_local(runtime, job.ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, progress=progress)
 
 
 def failure_args(fail: Optional[str]) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from hvdflow.config.benchmark import BenchmarkSpec, Measurement
 from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile
@@ -22,6 +23,7 @@ from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.image_check import check_image, needs_of, refusal, table
 from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
+from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
 from hvdflow.pipeline.stages import CHECKPOINTS, evaluate, gather_dataset, list_dataset, prepare_chunk, train
@@ -141,6 +143,23 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
                  log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
+def benchmark_measure_step(measurement: Measurement, spec: BenchmarkSpec, profile: ClusterProfile, catalog: Path,
+                           image_record: Path, out: Path, log: Path) -> None:
+    """One benchmark measurement in its runtime (udocker, or the native venv of the same image's packages)."""
+    with logged(log):
+        runtime = runtime_for(replace(profile, runtime=measurement.runtime), image_record, catalog)
+        measure(runtime, profile.launcher, spec, measurement, out.resolve(), log.resolve().with_suffix(""),
+                profile.slurm, profile.network_interface, profile.step_timeout, log.resolve(), profile.cpu_bind)
+
+
+def benchmark_summary_step(measurements: Sequence[Path], table: Path, summary: Path, log: Path) -> None:
+    """The benchmark's table and summary; each goal's line (met, or missed by how much) in the log."""
+    with logged(log):
+        lines = summarize(list(measurements), table, summary)
+        with open(log, "a") as handle:
+            handle.write("".join(f"{line}\n" for line in lines))
+
+
 # Rule bodies: Snakemake's `run:` blocks call these with the job's namespaces, so the rules stay one line long.
 
 def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
@@ -211,3 +230,26 @@ def per_class_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
 
     with logged(Path(log[0])):
         plot_per_class(Path(input.evaluation), Path(output.plot), wildcards.experiment)
+
+
+def benchmark_measure_rule(wildcards: Any, input: Any, output: Any, log: Any, config: Mapping[str, Any],
+                           profile: ClusterProfile, spec: BenchmarkSpec) -> None:
+    """Rule benchmark_measure."""
+    measurement = Measurement(wildcards.kind, int(wildcards.ranks), int(wildcards.nodes), wildcards.runtime,
+                              int(wildcards.rep))
+    benchmark_measure_step(measurement, spec, profile, Path(config["catalog"]), Path(input.image),
+                           Path(output.measurement), Path(log[0]))
+
+
+def benchmark_summary_rule(input: Any, output: Any, log: Any) -> None:
+    """Rule benchmark_summary."""
+    benchmark_summary_step([Path(p) for p in input.measurements], Path(output.table), Path(output.summary),
+                           Path(log[0]))
+
+
+def benchmark_plot_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule benchmark_plot: one of the benchmark's figures."""
+    from hvdflow.pipeline import benchmark_plots
+
+    with logged(Path(log[0])):
+        getattr(benchmark_plots, f"plot_{wildcards.plot}")(read_rows(Path(input.summary)), Path(output.plot))

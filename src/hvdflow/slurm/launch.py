@@ -36,7 +36,7 @@ from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tai
 from hvdflow.slurm.jobinfo import current_job
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
-from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_SWEEP, read_reports
+from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_DATASET, NO_SWEEP, read_reports
 from hvdflow_runstate import STOPPED_LINE_END
 
 CLEANUP_TIMEOUT = 300.0
@@ -195,11 +195,14 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     env = host_code_env(runtime.process_env())
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
     try:
+        # the staging step also runs for a job without a dataset: it sweeps ended jobs' scratch and reports the
+        # allocation (the MPI mode needs it); it copies nothing then
         _run_step("staging", srun_argv(cluster, ranks, nodes, _python("hvdflow.slurm.staging", "stage",
-                                                                      str(job.dataset_dir), str(staged), str(reports),
-                                                                      _live_jobs(job_id)), cpus_per_task),
+                                                                      str(job.dataset_dir or NO_DATASET), str(staged),
+                                                                      str(reports), _live_jobs(job_id)), cpus_per_task),
                   logs / "staging.log", env, timeout, logs)
-        inner = runtime.command(job.argv(staged), {}, [logs, job.out_dir, staged.parent], hostenv=True)
+        inner = runtime.command(job.argv(staged if job.dataset_dir else None), {}, [logs, job.out_dir, staged.parent],
+                                hostenv=True)
         task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
                 "network_interface": cluster.network_interface,
                 "rendezvous": str(logs / "rendezvous.json"), "max_ranks_per_node": max_tasks_per_node(ranks, nodes),

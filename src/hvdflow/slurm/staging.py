@@ -62,6 +62,9 @@ def stage(source: Path, dest: Path) -> int:
 JOB_DIR_PREFIX = "hvdflow-job-"
 """A job's directory on node-local scratch is ``<scratch>/hvdflow-job-<Slurm job id>``."""
 
+NO_DATASET = "-"
+"""``SOURCE`` of a job that reads no dataset (the benchmark): the step makes an empty ``DEST`` and copies nothing."""
+
 NO_SWEEP = "-"
 """``LIVE_JOBS`` when the user's jobs could not be listed: nothing is swept then."""
 
@@ -131,10 +134,15 @@ def main(argv: list[str]) -> int:
             for folder in swept:
                 print(f"hvdflow staging: removed {folder} on {os.uname().nodename}, left by ended job "
                       f"{folder.name[len(JOB_DIR_PREFIX):]}", file=sys.stderr)
-            copied: Optional[int] = stage(source, dest)
+            if str(source) == NO_DATASET:
+                dest.mkdir(parents=True, exist_ok=True)
+                copied: Optional[int] = 0
+            else:
+                copied = stage(source, dest)
         else:
             copied = None
-            wait_for_stage(dest)
+            if str(source) != NO_DATASET:
+                wait_for_stage(dest)
         report = {key: env.get(key) for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
                                                 "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
                                                 "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS")}

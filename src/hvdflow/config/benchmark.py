@@ -1,0 +1,129 @@
+"""The benchmark the config asks for (``benchmark:``), checked against the profile, and the measurements it makes.
+
+One measurement is one launch of Horovod ranks (``hvdflow_trainer.benchmark``): a model's training throughput, or the
+allreduce sweep with the raw TCP bandwidth, for one rank count over one node count in one runtime, once per
+repetition. Every key is checked here, naming it, before any job starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from hvdflow.errors import ConfigError
+
+MODELS = ("mlp", "small-cnn", "resnet50")
+"""The models ``hvdflow_trainer.models`` builds (the seam forbids importing it; a test compares the two)."""
+ALLREDUCE = "allreduce"
+RUNTIMES = ("udocker", "native")
+NAME_PATTERN = r"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>udocker|native)-(?P<rep>\d+)"
+"""How a measurement's name reads back (:attr:`Measurement.name`)."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One launch: ``kind`` (a model, or ``allreduce``) with ``ranks`` ranks over ``nodes`` nodes in ``runtime``,
+    repetition ``rep`` (from 0)."""
+
+    kind: str
+    ranks: int
+    nodes: int
+    runtime: str
+    rep: int
+
+    @property
+    def name(self) -> str:
+        """The measurement's file stem: ``<kind>-r<ranks>-n<nodes>-<runtime>-<rep>``."""
+        return f"{self.kind}-r{self.ranks}-n{self.nodes}-{self.runtime}-{self.rep}"
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """The validated ``benchmark:`` section."""
+
+    image: str
+    models: tuple[str, ...]
+    ranks: tuple[int, ...]
+    nodes: tuple[int, ...]
+    runtimes: tuple[str, ...]
+    repetitions: int
+    batch_size: int
+    hidden_units: int
+    warmup_steps: int
+    steps: int
+    allreduce: bool
+    allreduce_sizes_kib: tuple[int, ...]
+
+    def measurements(self) -> list[Measurement]:
+        """Every launch, repetition by repetition and runtime by runtime within one (so the machine's noise falls on
+        all alike when they run in order); the allreduce sweep needs at least 2 ranks."""
+        kinds = list(self.models) + ([ALLREDUCE] if self.allreduce else [])
+        return [Measurement(kind, ranks, nodes, runtime, rep)
+                for rep in range(self.repetitions) for kind in kinds for ranks in self.ranks for nodes in self.nodes
+                for runtime in self.runtimes
+                if nodes <= ranks and not (kind == ALLREDUCE and ranks < 2)]
+
+    def layouts(self) -> list[tuple[int, int]]:
+        """Every (ranks, nodes) the measurements use: each must fit the profile's cluster
+        (:func:`hvdflow.slurm.layout.check_layout`, which the workflow runs on them before any job)."""
+        return [(ranks, nodes) for ranks in self.ranks for nodes in self.nodes if nodes <= ranks]
+
+    def program_args(self, kind: str) -> list[str]:
+        """The benchmark program's options for ``kind`` (the launcher adds ``--out``, ``--launched``, ``--threads``)."""
+        if kind == ALLREDUCE:
+            return ["--kind", kind, "--sizes-kib", *(str(s) for s in self.allreduce_sizes_kib)]
+        return ["--kind", kind, "--batch-size", str(self.batch_size), "--hidden-units", str(self.hidden_units),
+                "--warmup-steps", str(self.warmup_steps), "--steps", str(self.steps)]
+
+
+def _ints(key: str, value: Any, minimum: int) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                             for v in value):
+        raise ConfigError(f"benchmark.{key}: give a non-empty list of integers, not {value!r}")
+    low = [v for v in value if v < minimum]
+    if low:
+        raise ConfigError(f"benchmark.{key}: {low[0]} is less than {minimum}")
+    return tuple(sorted(set(value)))
+
+
+def _int(key: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"benchmark.{key}: {value!r} must be an integer of at least {minimum}")
+    return value
+
+
+def _names(key: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"benchmark.{key}: give a non-empty list of {', '.join(known)}, not {value!r}")
+    unknown = [v for v in value if v not in known]
+    if unknown:
+        raise ConfigError(f"benchmark.{key}: {unknown[0]!r} is not one of {', '.join(known)}")
+    return tuple(dict.fromkeys(value))
+
+
+def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
+    """The config's ``benchmark:`` section, checked; ConfigError naming the key at fault."""
+    spec = BenchmarkSpec(
+        image=str(section.get("image", "")),
+        models=_names("models", section.get("models"), MODELS),
+        ranks=_ints("ranks", section.get("ranks"), 1),
+        nodes=_ints("nodes", section.get("nodes", [1]), 1),
+        runtimes=_names("runtimes", section.get("runtimes", ["udocker"]), RUNTIMES),
+        repetitions=_int("repetitions", section.get("repetitions", 3), 1),
+        batch_size=_int("batch_size", section.get("batch_size", 32), 1),
+        hidden_units=_int("hidden_units", section.get("hidden_units", 64), 1),
+        warmup_steps=_int("warmup_steps", section.get("warmup_steps", 5), 1),
+        steps=_int("steps", section.get("steps", 30), 1),
+        allreduce=bool(section.get("allreduce", True)),
+        allreduce_sizes_kib=_ints("allreduce_sizes_kib", section.get("allreduce_sizes_kib", [1, 64, 1024, 16384, 65536]),
+                                  1),
+    )
+    if not spec.image:
+        raise ConfigError("benchmark.image: name the catalogue's image the benchmark runs in")
+    if min(spec.nodes) > max(spec.ranks):
+        raise ConfigError(f"benchmark.nodes: every node count ({', '.join(map(str, spec.nodes))}) exceeds every rank "
+                          f"count ({', '.join(map(str, spec.ranks))})")
+    if spec.allreduce and max(spec.ranks) < 2:
+        raise ConfigError("benchmark.allreduce: the allreduce sweep needs a rank count of at least 2 in "
+                          "benchmark.ranks (or allreduce: false)")
+    return spec

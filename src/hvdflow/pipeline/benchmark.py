@@ -1,0 +1,199 @@
+"""The benchmark target: one measurement (Horovod ranks running ``hvdflow_trainer.benchmark``) per job, then the
+summary of them all: ``table.csv`` (mean ± 1.96σ over the repetitions), scaling efficiency, udocker against native,
+allreduce against raw TCP, and the goals with how far each is from being met.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from hvdflow.config.benchmark import ALLREDUCE, BenchmarkSpec, Measurement
+from hvdflow.config.profile import SlurmCluster
+from hvdflow.errors import LaunchError
+from hvdflow.files.atomic import write_json_atomic, write_text_atomic
+from hvdflow.launch.job import TrainingJob
+from hvdflow.launch.runtime import Runtime
+from hvdflow.launch.supervise import note
+from hvdflow.pipeline.stages import cpu_plan, launch_ranks
+
+Z95 = 1.96
+"""The half-width of a 95 % interval in standard deviations (normal approximation, as the issue asks)."""
+
+
+def measure(runtime: Runtime, launcher: str, spec: BenchmarkSpec, measurement: Measurement, out_file: Path,
+            logs_dir: Path, slurm: Optional[SlurmCluster], iface: str, timeout: Optional[float],
+            progress: Optional[Path], cpu_bind: str) -> dict[str, Any]:
+    """Launch one measurement's ranks and write rank 0's result, with how it ran, to ``out_file``; return it.
+
+    The ranks write into a work folder beside ``out_file``, removed afterwards; ``out_file`` is written last, so a
+    failed measurement leaves nothing that looks complete.
+    """
+    work = out_file.parent / f".{out_file.stem}.work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        cpus = cpu_plan(measurement.ranks, slurm, cpu_bind)
+        note(progress, f"hvdflow: benchmark {measurement.name}: CPUs: {cpus.why}")
+        launched = time.time()
+        job = TrainingJob([*spec.program_args(measurement.kind), "--threads", str(cpus.threads), "--launched",
+                           repr(launched)], measurement.ranks, measurement.nodes, None, work, logs_dir,
+                          module="hvdflow_trainer.benchmark")
+        launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
+        result_file = work / "result.json"
+        if not result_file.exists():
+            raise LaunchError(f"benchmark {measurement.name}: the ranks exited 0 but rank 0 wrote no {result_file}")
+        result = json.loads(result_file.read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result.update(measurement=asdict(measurement), launcher=launcher, cpus=cpus.why,
+                  wall_seconds=round(time.time() - launched, 3))
+    write_json_atomic(out_file, result)
+    return result
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of ``table.csv``: a metric of one (kind, ranks, nodes, runtime[, message size]) over repetitions."""
+
+    kind: str
+    ranks: int
+    nodes: int
+    runtime: str
+    metric: str
+    size_bytes: int
+    mean: float
+    ci95: float
+    n: int
+
+    @property
+    def key(self) -> tuple[str, int, int, str, str, int]:
+        """What identifies the row."""
+        return (self.kind, self.ranks, self.nodes, self.runtime, self.metric, self.size_bytes)
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and 1.96 times the sample standard deviation (0 for one value)."""
+    return statistics.fmean(values), (Z95 * statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def _samples(results: Iterable[dict[str, Any]]) -> dict[tuple[str, int, int, str, str, int], list[float]]:
+    """Every measured value, grouped by what it measures."""
+    groups: dict[tuple[str, int, int, str, str, int], list[float]] = defaultdict(list)
+    for result in results:
+        m = result["measurement"]
+        where = (m["kind"], m["ranks"], m["nodes"], m["runtime"])
+        for metric in ("import_seconds", "launch_to_import_seconds"):
+            groups[(*where, metric, 0)].append(float(result[metric]))
+        if m["kind"] == ALLREDUCE:
+            for row in result["allreduce"]:
+                groups[(*where, "bus_bandwidth_bytes_per_second", int(row["size_bytes"]))].append(
+                    float(row["bus_bandwidth_bytes_per_second"]))
+            groups[(*where, "tcp_bytes_per_second", 0)].append(float(result["tcp"]["bytes_per_second"]))
+        else:
+            for metric in ("samples_per_second", "seconds_to_first_step"):
+                groups[(*where, metric, 0)].append(float(result[metric]))
+    return groups
+
+
+def table_rows(results: Iterable[dict[str, Any]]) -> list[Row]:
+    """The table: each metric's mean ± 1.96σ, and each throughput's scaling efficiency X(N) / (N · X(1)) against
+    one rank on one node of the same model and runtime (absent where that was not measured)."""
+    rows = [Row(*key, *mean_ci(values), len(values)) for key, values in sorted(_samples(results).items())]
+    by_key = {row.key: row for row in rows}
+    for row in [r for r in rows if r.metric == "samples_per_second"]:
+        one = by_key.get((row.kind, 1, 1, row.runtime, "samples_per_second", 0))
+        if one is not None:
+            scale = row.ranks * one.mean
+            # the ratio's spread, to first order from both relative spreads
+            spread = row.mean / scale * math.hypot(row.ci95 / row.mean, one.ci95 / one.mean)
+            rows.append(Row(row.kind, row.ranks, row.nodes, row.runtime, "efficiency", 0, row.mean / scale, spread,
+                            row.n))
+    return sorted(rows, key=lambda r: r.key)
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A ratio the benchmark reports against its goal (issue 14's goals for these 2-core machines)."""
+
+    name: str
+    ratio: float
+    limit: float
+    at_most: bool
+    where: str
+
+    @property
+    def met(self) -> bool:
+        """Whether the ratio is on the right side of the limit."""
+        return self.ratio <= self.limit if self.at_most else self.ratio >= self.limit
+
+    def line(self) -> str:
+        """One line: the ratio, the goal, and by how much it is missed."""
+        sign = "<=" if self.at_most else ">="
+        verdict = "met" if self.met else f"MISSED by {abs(self.ratio / self.limit - 1) * 100:.1f} %"
+        return f"{self.name}: {self.ratio:.3f} (goal {sign} {self.limit}) {verdict} [{self.where}]"
+
+
+def goals(rows: list[Row]) -> list[Goal]:
+    """udocker against native, each at the measurement where it is worst: steady training time per sample (≤ 1.05),
+    time to the first step (≤ 1.2), starting a rank and importing TensorFlow + Horovod (≤ 1.1), allreduce bus
+    bandwidth (≥ 0.95). Empty without both runtimes."""
+    by_key = {row.key: row for row in rows}
+    pairs = [(row, by_key.get((row.kind, row.ranks, row.nodes, "native", row.metric, row.size_bytes)))
+             for row in rows if row.runtime == "udocker"]
+    found: list[Goal] = []
+    specs = (("training time per sample, udocker/native", "samples_per_second", 1.05, True, True),
+             ("time to the first step, udocker/native", "seconds_to_first_step", 1.2, True, False),
+             ("rank start + TF/Horovod import, udocker/native", "launch_to_import_seconds", 1.1, True, False),
+             ("allreduce bus bandwidth, udocker/native", "bus_bandwidth_bytes_per_second", 0.95, False, False))
+    for name, metric, limit, at_most, inverse in specs:
+        ratios = []
+        for container, native in pairs:
+            if container.metric == metric and native is not None and container.mean > 0 and native.mean > 0:
+                ratio = native.mean / container.mean if inverse else container.mean / native.mean
+                size = f", {container.size_bytes // 1024} KiB" if container.size_bytes else ""
+                ratios.append((ratio, f"{container.kind}, {container.ranks} rank(s) on {container.nodes} node(s){size}"))
+        if ratios:
+            ratio, where = max(ratios) if at_most else min(ratios)
+            found.append(Goal(name, ratio, limit, at_most, where))
+    return found
+
+
+def allreduce_against_tcp(rows: list[Row]) -> list[str]:
+    """Per runtime and layout: the largest message's allreduce bus bandwidth as a fraction of raw TCP's."""
+    lines = []
+    for tcp in [r for r in rows if r.metric == "tcp_bytes_per_second"]:
+        sweep = [r for r in rows if r.metric == "bus_bandwidth_bytes_per_second"
+                 and (r.ranks, r.nodes, r.runtime) == (tcp.ranks, tcp.nodes, tcp.runtime)]
+        if sweep and tcp.mean > 0:
+            largest = max(sweep, key=lambda r: r.size_bytes)
+            lines.append(f"allreduce/TCP, {tcp.runtime}, {tcp.ranks} ranks on {tcp.nodes} node(s): "
+                         f"{largest.mean / tcp.mean:.3f} ({largest.mean / 1e6:.0f} MB/s bus at "
+                         f"{largest.size_bytes // 1024} KiB, TCP {tcp.mean / 1e6:.0f} MB/s)")
+    return lines
+
+
+def summarize(measurements: list[Path], table_csv: Path, summary_json: Path) -> list[str]:
+    """Write the table and the summary (rows, goals, allreduce/TCP) from the measurement files; the summary's lines."""
+    results = [json.loads(p.read_text()) for p in measurements]
+    rows = table_rows(results)
+    found = goals(rows)
+    lines = [goal.line() for goal in found] + allreduce_against_tcp(rows)
+    fields = ["kind", "ranks", "nodes", "runtime", "metric", "size_bytes", "mean", "ci95", "n"]
+    with_header = [",".join(fields)] + [",".join(str(getattr(r, f)) for f in fields) for r in rows]
+    write_text_atomic(table_csv, "\n".join(with_header) + "\n")
+    write_json_atomic(summary_json, {"rows": [asdict(r) for r in rows], "lines": lines,
+                                     "goals": [{**asdict(g), "met": g.met} for g in found]})
+    return lines
+
+
+def read_rows(summary_json: Path) -> list[Row]:
+    """The table's rows as :func:`summarize` wrote them."""
+    return [Row(**row) for row in json.loads(summary_json.read_text())["rows"]]

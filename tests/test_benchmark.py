@@ -1,0 +1,123 @@
+"""The benchmark's arithmetic: the config it accepts and the measurements it plans, mean ± 1.96σ, scaling
+efficiency, the goals udocker is held to and how far a missed one is, the allreduce bus bandwidth; and its figures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hvdflow.config.benchmark import MODELS, Measurement, benchmark_spec
+from hvdflow.errors import ConfigError
+from hvdflow.pipeline import benchmark_plots
+from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
+from hvdflow_trainer import models
+from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_benchmark_knows_the_trainers_models_and_their_data_shapes() -> None:
+    assert MODELS == models.MODELS == tuple(sorted(SHAPES, key=models.MODELS.index))
+
+
+def test_measurements_are_planned_repetition_by_repetition_and_allreduce_only_with_two_ranks() -> None:
+    spec = benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], "nodes": [1, 2],
+                           "runtimes": ["udocker", "native"], "repetitions": 2})
+    plan = spec.measurements()
+    assert plan[0] == Measurement("mlp", 1, 1, "udocker", 0) and plan[1] == Measurement("mlp", 1, 1, "native", 0)
+    assert {m.rep for m in plan[:len(plan) // 2]} == {0}
+    assert not [m for m in plan if m.nodes > m.ranks or (m.kind == "allreduce" and m.ranks < 2)]
+    # per repetition: mlp at 1/1, 2/1, 2/2 and allreduce at 2/1, 2/2, in two runtimes
+    assert len(plan) == 2 * 2 * (3 + 2)
+    assert spec.layouts() == [(1, 1), (2, 1), (2, 2)]
+    assert Measurement("small-cnn", 4, 2, "native", 1).name == "small-cnn-r4-n2-native-1"
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"models": ["vgg16"]}, "benchmark.models: 'vgg16' is not one of mlp, small-cnn, resnet50"),
+    ({"repetitions": 0}, "benchmark.repetitions: 0 must be an integer of at least 1"),
+    ({"ranks": []}, "benchmark.ranks: give a non-empty list of integers"),
+    ({"ranks": [0, 2]}, "benchmark.ranks: 0 is less than 1"),
+    ({"runtimes": ["docker"]}, "benchmark.runtimes: 'docker' is not one of udocker, native"),
+    ({"nodes": [4], "ranks": [2]}, "benchmark.nodes: every node count (4) exceeds every rank count (2)"),
+    ({"image": ""}, "benchmark.image: name the catalogue's image"),
+])
+def test_bad_benchmark_keys_are_named(section: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], **section})
+
+
+def test_bus_bandwidth_is_nccl_tests_convention_and_iterations_stay_bounded() -> None:
+    assert bus_bandwidth(1000, 1.0, 2) == 1000.0
+    assert bus_bandwidth(1000, 1.0, 4) == 1500.0
+    assert iterations_for(1024) == 50 and iterations_for(64 * 2 ** 20) == 4 and iterations_for(2 ** 30) == 3
+
+
+def _result(kind: str, ranks: int, runtime: str, rep: int, sps: float, first: float,
+            launch: float = 3.0) -> dict[str, Any]:
+    result: dict[str, Any] = {"measurement": {"kind": kind, "ranks": ranks, "nodes": 1, "runtime": runtime, "rep": rep},
+                              "import_seconds": 2.0, "launch_to_import_seconds": launch}
+    if kind == "allreduce":
+        result["allreduce"] = [{"size_bytes": 1024, "bus_bandwidth_bytes_per_second": sps},
+                               {"size_bytes": 2 ** 20, "bus_bandwidth_bytes_per_second": 10 * sps}]
+        result["tcp"] = {"bytes_per_second": 20 * sps}
+    else:
+        result.update(samples_per_second=sps, seconds_to_first_step=first)
+    return result
+
+
+RESULTS = [
+    _result("mlp", 1, "udocker", 0, 100.0, 10.0), _result("mlp", 1, "udocker", 1, 110.0, 12.0),
+    _result("mlp", 2, "udocker", 0, 150.0, 11.0), _result("mlp", 2, "udocker", 1, 170.0, 13.0),
+    _result("mlp", 1, "native", 0, 105.0, 9.0), _result("mlp", 1, "native", 1, 105.0, 9.0),
+    _result("mlp", 2, "native", 0, 176.0, 10.0), _result("mlp", 2, "native", 1, 176.0, 10.0),
+    _result("allreduce", 2, "udocker", 0, 1e6, 0, launch=3.5), _result("allreduce", 2, "native", 0, 2e6, 0),
+]
+
+
+def test_the_table_gives_mean_and_196_sigma_and_scaling_efficiency() -> None:
+    assert mean_ci([100.0, 110.0]) == (105.0, pytest.approx(1.96 * math.sqrt(50)))
+    assert mean_ci([7.0]) == (7.0, 0.0)
+    rows = {(r.kind, r.ranks, r.runtime, r.metric, r.size_bytes): r for r in table_rows(RESULTS)}
+    two = rows[("mlp", 2, "udocker", "samples_per_second", 0)]
+    assert (two.mean, two.n) == (160.0, 2) and two.ci95 == pytest.approx(1.96 * math.sqrt(200))
+    assert rows[("mlp", 2, "udocker", "efficiency", 0)].mean == pytest.approx(160 / (2 * 105))
+    assert rows[("mlp", 2, "native", "efficiency", 0)].mean == pytest.approx(176 / (2 * 105))
+    assert rows[("mlp", 1, "native", "efficiency", 0)].mean == 1.0
+    assert rows[("allreduce", 2, "native", "bus_bandwidth_bytes_per_second", 2 ** 20)].mean == 2e7
+    assert rows[("allreduce", 2, "native", "tcp_bytes_per_second", 0)].mean == 4e7
+    assert ("allreduce", 2, "native", "efficiency", 0) not in rows
+
+
+def test_each_goal_is_judged_where_udocker_is_worst_and_a_miss_says_by_how_much() -> None:
+    found = {g.name.split(",")[0]: g for g in goals(table_rows(RESULTS))}
+    steady = found["training time per sample"]
+    assert steady.ratio == pytest.approx(176 / 160) and not steady.met  # 1.1 at 2 ranks, worse than 1 rank's 1.0
+    assert "(goal <= 1.05) MISSED by 4.8 % [mlp, 2 rank(s) on 1 node(s)]" in steady.line()
+    first = found["time to the first step"]
+    assert first.ratio == pytest.approx(11 / 9) and first.where == "mlp, 1 rank(s) on 1 node(s)"
+    assert found["rank start + TF/Horovod import"].ratio == pytest.approx(3.5 / 3.0)
+    bandwidth = found["allreduce bus bandwidth"]
+    assert bandwidth.ratio == pytest.approx(0.5) and "MISSED by 47.4 %" in bandwidth.line()
+    assert goals(table_rows([r for r in RESULTS if r["measurement"]["runtime"] == "udocker"])) == []
+
+
+def test_summary_table_and_figures_are_written(tmp_path: Path) -> None:
+    import json
+
+    files = []
+    for i, result in enumerate(RESULTS):
+        files.append(tmp_path / f"m{i}.json")
+        files[-1].write_text(json.dumps(result))
+    lines = summarize(files, tmp_path / "table.csv", tmp_path / "summary.json")
+    assert any(line.startswith("allreduce/TCP, native, 2 ranks on 1 node(s): 0.500") for line in lines), lines
+    header, *body = (tmp_path / "table.csv").read_text().splitlines()
+    assert header == "kind,ranks,nodes,runtime,metric,size_bytes,mean,ci95,n" and len(body) == len(read_rows(
+        tmp_path / "summary.json"))
+    for name in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
+        out = tmp_path / f"{name}.png"
+        getattr(benchmark_plots, f"plot_{name}")(read_rows(tmp_path / "summary.json"), out)
+        assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
