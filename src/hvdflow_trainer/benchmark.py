@@ -97,7 +97,8 @@ def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # typ
 
 
 def _allreduce_sweep(args: argparse.Namespace, hvd, tf) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
-    """Time Horovod's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib``."""
+    """Time Horovod's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib`` (``hvd``:
+    ``horovod.tensorflow``); each size's time is the slowest rank's mean."""
     rows = []
     for kib in args.sizes_kib:
         size = kib * 1024
@@ -179,7 +180,7 @@ def run(args: argparse.Namespace) -> Optional[Dict[str, object]]:
                                  "tensorflow": tf.__version__, "horovod": horovod.__version__,
                                  "gpus": len(gpus), "python": sys.version.split()[0]}
     if args.kind == ALLREDUCE:
-        result["allreduce"] = _allreduce_sweep(args, hvd, tf)
+        result["allreduce"] = _allreduce_sweep(args, hvd_tf, tf)
         result["tcp"] = _tcp_bandwidth(hvd)
     else:
         result.update(_timed_model(args, hvd, tf), batch_size=args.batch_size, warmup_steps=args.warmup_steps,

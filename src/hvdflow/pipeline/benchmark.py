@@ -23,6 +23,7 @@ from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.stages import cpu_plan, launch_ranks
+from hvdflow.slurm.jobinfo import current_job, start_time
 
 Z95 = 1.96
 """The half-width of a 95 % interval in standard deviations (normal approximation, as the issue asks)."""
@@ -55,6 +56,9 @@ def measure(runtime: Runtime, launcher: str, spec: BenchmarkSpec, measurement: M
         shutil.rmtree(work, ignore_errors=True)
     result.update(measurement=asdict(measurement), launcher=launcher, cpus=cpus.why,
                   wall_seconds=round(time.time() - launched, 3))
+    if slurm is not None and "seconds_to_first_step" in result:
+        # from the job's start: the batch step's Snakemake and the staging step come before the launch
+        result["job_start_to_first_step_seconds"] = launched - start_time(current_job()) + result["seconds_to_first_step"]
     write_json_atomic(out_file, result)
     return result
 
@@ -98,8 +102,9 @@ def _samples(results: Iterable[dict[str, Any]]) -> dict[tuple[str, int, int, str
                     float(row["bus_bandwidth_bytes_per_second"]))
             groups[(*where, "tcp_bytes_per_second", 0)].append(float(result["tcp"]["bytes_per_second"]))
         else:
-            for metric in ("samples_per_second", "seconds_to_first_step"):
-                groups[(*where, metric, 0)].append(float(result[metric]))
+            for metric in ("samples_per_second", "seconds_to_first_step", "job_start_to_first_step_seconds"):
+                if metric in result:
+                    groups[(*where, metric, 0)].append(float(result[metric]))
     return groups
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from typing import Mapping, Optional
 
 from hvdflow.errors import LaunchError
@@ -71,3 +72,13 @@ def allocation(job: str) -> dict[str, Optional[str]]:
     keys = {"partition": "Partition", "account": "Account", "cpus_per_task": "CPUs/Task", "num_cpus": "NumCPUs",
             "time_limit": "TimeLimit", "restarts": "Restarts"}
     return {name: None if fields.get(key) in (None, "", "(null)") else fields[key] for name, key in keys.items()}
+
+
+def start_time(job: str) -> float:
+    """When job ``job`` (this run of it, after a requeue) started, as Unix time (Slurm's ``StartTime``, in the
+    controller's local time, which the job's nodes share)."""
+    value = show_job(job).get("StartTime", "")
+    try:
+        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        raise LaunchError(f"scontrol show job {job} gave no StartTime (got {value!r})") from None
