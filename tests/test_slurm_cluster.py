@@ -434,7 +434,8 @@ def test_the_benchmark_runs_each_measurement_as_a_slurm_job_on_one_and_two_nodes
     table = read_table(pipeline)
     for nodes in (1, 2):
         measured = pipeline.json(f"results/benchmark/measurements/mlp-r2-n{nodes}-udocker-0.json")
-        assert sorted(r["hostname"] for r in measured["per_rank"]) == (["n1", "n1"] if nodes == 1 else ["n1", "n2"])
+        hosts = [r["hostname"] for r in measured["per_rank"]]
+        assert len(set(hosts)) == nodes and set(hosts) <= {"n1", "n2"}, hosts  # 2 ranks on one node, or one on each
         assert float(table[("mlp", 2, nodes, "udocker", "samples_per_second", 0)]["mean"]) > 0
         # from the job's start (Slurm's StartTime, whole seconds) the batch step's Snakemake and the staging come first
         assert measured["job_start_to_first_step_seconds"] > measured["seconds_to_first_step"] - 1

@@ -2,7 +2,7 @@
 bandwidth against message size with the raw TCP bandwidth between two of the same ranks.
 
 Every rank runs this module (``python3 -m hvdflow_trainer.benchmark``) as the launcher starts it, in the container or
-the native venv; rank 0 writes ``result.json`` into ``--out``. The times it reports:
+the native venv, and writes ``rank-<r>.json`` into ``--out``: rank 0's holds the measurement. The times it reports:
 
 - ``import_seconds``: importing TensorFlow and Horovod's Keras API in this process (the slowest rank);
 - ``launch_to_import_seconds``: from the launcher's start of the ranks (``--launched``, Unix time) to the end of those
@@ -157,8 +157,9 @@ def _tcp_bandwidth(hvd) -> Optional[Dict[str, object]]:  # type: ignore[no-untyp
             "from": "rank 0", "to": "rank %d" % last, "address": list(address)}
 
 
-def run(args: argparse.Namespace) -> Optional[Dict[str, object]]:
-    """Measure as ``args`` say; rank 0's result (None on the other ranks)."""
+def run(args: argparse.Namespace) -> Dict[str, object]:
+    """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
+    ``rank-<r>.json``: the launchers take a rank that exits 0 without one for a failed rank)."""
     started = time.perf_counter()
     import horovod
     import horovod.tensorflow as hvd_tf
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> Optional[Dict[str, object]]:
     tf.keras.utils.set_random_seed(args.seed)
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    result: Dict[str, object] = {"kind": args.kind, "ranks": hvd.size(), "threads": args.threads,
+    result: Dict[str, object] = {"rank": hvd.rank(), "kind": args.kind, "ranks": hvd.size(), "threads": args.threads,
                                  "tensorflow": tf.__version__, "horovod": horovod.__version__,
                                  "gpus": len(gpus), "python": sys.version.split()[0]}
     if args.kind == ALLREDUCE:
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> Optional[Dict[str, object]]:
     result["import_seconds"] = max(float(r["import_seconds"]) for r in ranks)
     result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in ranks)
     result["per_rank"] = ranks
-    return result if hvd.rank() == 0 else None
+    return result if hvd.rank() == 0 else {"rank": hvd.rank()}
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -211,8 +212,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
     result = run(args)
-    if result is not None:
-        write_json(os.path.join(args.out, "result.json"), result)
+    write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ def measure(runtime: Runtime, launcher: str, spec: BenchmarkSpec, measurement: M
                            repr(launched)], measurement.ranks, measurement.nodes, None, work, logs_dir,
                           module="hvdflow_trainer.benchmark")
         launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
-        result_file = work / "result.json"
+        result_file = work / "rank-0.json"
         if not result_file.exists():
             raise LaunchError(f"benchmark {measurement.name}: the ranks exited 0 but rank 0 wrote no {result_file}")
         result = json.loads(result_file.read_text())
