@@ -70,3 +70,19 @@ def test_the_engine_wrapper_runs_its_own_proot_with_no_environment(tmp_path: Pat
                          capture_output=True, text=True, check=True).stdout
     assert out == "fake proot --kill-on-exit -r /root cat\n"
     assert engine_wrapper(tmp_path / "state", HOST_PROOT) != wrapper  # one wrapper per binary
+
+
+def test_the_kernel_choosing_variables_reach_the_container_only_when_set(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # ONEDNN_MAX_CPU_ISA=AVX2 gave an AVX-512 machine the AVX2 machines' weights (docs/reproducibility.md)
+    from hvdflow.images.udocker import Udocker
+    from hvdflow.launch.runtime import UdockerRuntime
+
+    runtime = UdockerRuntime(Udocker(tmp_path, allow_root=True), "c1")
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert not [a for a in runtime.command(["python3", "-V"], {}, []) if "ONEDNN" in a]
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    argv = runtime.command(["python3", "-V"], {"HOROVOD_RANK": "0"}, [])
+    assert "--env=ONEDNN_MAX_CPU_ISA=AVX2" in argv and "--env=HOROVOD_RANK=0" in argv
+    assert not [a for a in argv if "TF_ENABLE_ONEDNN_OPTS" in a]

@@ -59,7 +59,9 @@ def numerics(tf, deterministic_allreduce: bool) -> Dict[str, object]:  # type: i
 
     ``onednn_enabled`` is TensorFlow's own answer (``IsMklEnabled``): whether its oneDNN kernels run, which since
     TensorFlow 2.9 depends on the CPU (on by default only where it has AVX512_VNNI, AVX512_BF16 or AMX) unless
-    ``TF_ENABLE_ONEDNN_OPTS`` says otherwise: two machines of one image can sum in different orders.
+    ``TF_ENABLE_ONEDNN_OPTS`` says otherwise: two machines of one image can sum in different orders. oneDNN then picks
+    its kernels by the CPU's instruction sets, up to ``ONEDNN_MAX_CPU_ISA`` if set: on an AVX-512 EPYC the demo's
+    weights differ from an AVX2 machine's, and equal them with ``ONEDNN_MAX_CPU_ISA=AVX2`` (docs/reproducibility.md).
     """
     try:
         from tensorflow.python.util import _pywrap_util_port
@@ -76,6 +78,7 @@ def numerics(tf, deterministic_allreduce: bool) -> Dict[str, object]:  # type: i
     return {
         "onednn_enabled": onednn,
         "TF_ENABLE_ONEDNN_OPTS": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+        "ONEDNN_MAX_CPU_ISA": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "op_determinism": determinism,
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),

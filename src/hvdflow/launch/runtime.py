@@ -15,6 +15,9 @@ from typing import Mapping, Sequence, Union
 from hvdflow.images.udocker import Udocker, run_argv
 
 TRAINER_MOUNT = "/opt/hvdflow"
+NUMERICS_ENV = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA")
+"""Variables that choose TensorFlow's CPU kernels, passed from the caller into the container when set (the native
+runtime inherits them): ``ONEDNN_MAX_CPU_ISA=AVX2`` gives an AVX-512 machine an AVX2 machine's weights."""
 CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate")
 """The packages the in-container code needs: the trainer, and the index and checkpoint formats it shares with the host."""
 
@@ -40,7 +43,8 @@ class UdockerRuntime:
         volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
         if hostenv:
             volumes.append("/tmp")  # Open MPI's session directory, where the ranks find the host's PMIx server
-        full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **env}
+        chosen = {name: os.environ[name] for name in NUMERICS_ENV if name in os.environ}
+        full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **chosen, **env}
         return run_argv(self.udocker, self.container, argv, env=full_env, volumes=volumes, hostenv=hostenv)
 
     def _make_mountpoints(self, targets: Sequence[Path]) -> None:
