@@ -24,6 +24,8 @@ def _against_ranks(rows: list[Row], metric: str, ylabel: str, title: str, out: P
         ax.errorbar([p.ranks for p in points], [p.mean for p in points], yerr=[p.ci95 for p in points], marker="o",
                     capsize=3, linestyle="-" if runtime == "udocker" else "--",
                     label=f"{kind}, {runtime}, {nodes} node(s)")
+    if series:
+        ax.set_xticks(sorted({p.ranks for points in series.values() for p in points}))
     if ideal and series:
         ax.axhline(1.0, color="grey", linewidth=0.8)
     if not series:
