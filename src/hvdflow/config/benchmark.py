@@ -55,8 +55,8 @@ class BenchmarkSpec:
     allreduce_sizes_kib: tuple[int, ...]
 
     def measurements(self) -> list[Measurement]:
-        """Every launch, repetition by repetition and runtime by runtime within one (so the machine's noise falls on
-        all alike when they run in order); the allreduce sweep needs at least 2 ranks."""
+        """Every launch, listed repetition by repetition with the runtimes side by side within one (Snakemake picks
+        the order they run in; on one machine one at a time); the allreduce sweep needs at least 2 ranks."""
         kinds = list(self.models) + ([ALLREDUCE] if self.allreduce else [])
         return [Measurement(kind, ranks, nodes, runtime, rep)
                 for rep in range(self.repetitions) for kind in kinds for ranks in self.ranks for nodes in self.nodes
