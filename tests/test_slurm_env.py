@@ -159,21 +159,25 @@ def test_a_staging_task_caught_by_the_time_limits_warning_goes_on_and_reports(tm
     dest, reports = tmp_path / "scratch/hvdflow-job-5/dataset", tmp_path / "reports"
     reports.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "SLURM_LOCALID": "1", "SLURM_PROCID": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "hvdflow.slurm.staging", "stage", str(tmp_path / "source"),
-                             str(dest), str(reports), "5"], env=env, stderr=subprocess.PIPE, text=True)
+    err = tmp_path / "stderr"
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "hvdflow.slurm.staging", "stage", str(tmp_path / "source"),
+                                 str(dest), str(reports), "5"], env=env, stderr=stderr, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + 10  # started and waiting by then, however slow the machine
         while proc.poll() is None and not _ignores(proc.pid, signal.SIGUSR1) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert proc.poll() is None, err.read_text()
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.5)
         assert proc.poll() is None, "the staging task died of the warning signal"
         dest.mkdir(parents=True)
         (dest / "index.json").write_text("{}")
-        assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+        assert proc.wait(timeout=30) == 0, err.read_text()
     finally:
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
         proc.wait()
     assert json.loads((reports / "task-1.json").read_text())["SLURM_LOCALID"] == "1"
 
