@@ -116,7 +116,7 @@ def _allreduce_sweep(args: argparse.Namespace, hvd, tf) -> List[Dict[str, float]
     return rows
 
 
-def _tcp_bandwidth(hvd) -> Optional[Dict[str, object]]:  # type: ignore[no-untyped-def]
+def _tcp_bandwidth(hvd) -> Dict[str, object]:  # type: ignore[no-untyped-def]
     """Stream TCP_BYTES over one plain TCP connection from rank 0 to the last rank (on another node when the ranks
     span nodes), on the interface Gloo uses; bytes/s, the slower side's view."""
     import horovod.tensorflow as hvd_tf

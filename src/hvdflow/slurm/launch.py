@@ -223,8 +223,8 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     return staged
 
 
-def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tries: int = 2) -> bool:
-    """Remove ``job_dir`` from every node's scratch with one task per node; whether it succeeded.
+def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tries: int = 2) -> None:
+    """Remove ``job_dir`` from every node's scratch with one task per node.
 
     A failed clean-up is tried again (the time limit's warning, sent once to every job step, may have caught the
     first one starting up, before it ignores the signal); if the last try fails too, a warning names the log, and the
@@ -235,11 +235,10 @@ def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tri
     for attempt in range(1, tries + 1):
         try:
             supervise([start("scratch clean-up", clean, log, env)], CLEANUP_TIMEOUT)
-            return True
+            return
         except LaunchError as exc:
             again = "; trying again" if attempt < tries else f"; {job_dir} stays on the nodes. Log: {log}"
             print(f"hvdflow: warning: {exc}{again}", file=sys.stderr)
-    return False
 
 
 def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], logs: Path, env: dict[str, str],
