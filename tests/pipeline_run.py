@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 import subprocess
 import uuid
+import zipfile
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 
+import h5py
 import jsonschema
+import numpy as np
 import yaml
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
@@ -117,18 +121,39 @@ class Pipeline:
         return check_run_record(path) if path.name == "run.json" else json.loads(path.read_text())
 
 
+def configured_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline | None,
+                        **sections: object) -> Pipeline:
+    """A tree (started from ``prepared`` when given) whose config has ``sections`` in place of its own."""
+    pipeline = Pipeline(user, registry, udocker_dir, prepared)
+    config_file = pipeline.root / "config" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    config.update(sections)
+    config_file.write_text(yaml.safe_dump(config))
+    return pipeline
+
+
 def benchmark_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
                        **section: object) -> Pipeline:
     """A tree started from ``prepared`` (image pulled) whose config's ``benchmark:`` is the small smoke one with
     ``section``'s keys changed."""
-    pipeline = Pipeline(user, registry, udocker_dir, prepared)
-    config_file = pipeline.root / "config" / "config.yaml"
-    config = yaml.safe_load(config_file.read_text())
-    config["benchmark"] = {"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], "nodes": [1],
-                           "runtimes": ["udocker"], "repetitions": 1, "warmup_steps": 3, "steps": 20,
-                           "allreduce_sizes_kib": [1, 1024], **section}
-    config_file.write_text(yaml.safe_dump(config))
-    return pipeline
+    return configured_pipeline(user, registry, udocker_dir, prepared, benchmark={
+        "image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], "nodes": [1], "runtimes": ["udocker"],
+        "repetitions": 1, "warmup_steps": 3, "steps": 20, "allreduce_sizes_kib": [1, 1024], **section})
+
+
+def model_weights(model: Path) -> list[np.ndarray]:
+    """The weight arrays of a saved ``model.keras`` (a zip holding ``model.weights.h5``), in the file's order."""
+    arrays: list[np.ndarray] = []
+    with zipfile.ZipFile(model) as archive, h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as h5:
+        h5.visititems(lambda _, item: arrays.append(item[()]) if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def max_weight_difference(a: Path, b: Path) -> float:
+    """The largest absolute difference between two saved models' weights (of the same architecture)."""
+    pairs = list(zip(model_weights(a), model_weights(b), strict=True))
+    assert pairs and all(x.shape == y.shape for x, y in pairs)
+    return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in pairs)
 
 
 def read_table(pipeline: Pipeline) -> dict[tuple[str, int, int, str, str, int], dict[str, str]]:

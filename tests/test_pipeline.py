@@ -19,7 +19,16 @@ from conftest import REPO, HpcUser, Registry, _chown_tree
 from helpers import build_tiny_layout
 from hvdflow.images.build.image import BuiltImage, push_image
 from hvdflow.testbed.registry_server import start_registry
-from pipeline_run import PNG, Pipeline, benchmark_pipeline, check_run_record, processes_naming, read_table
+from pipeline_run import (
+    PNG,
+    Pipeline,
+    benchmark_pipeline,
+    check_run_record,
+    configured_pipeline,
+    max_weight_difference,
+    processes_naming,
+    read_table,
+)
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -301,6 +310,67 @@ def test_the_benchmark_measures_udocker_against_native_and_reports_every_goal(de
     for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
         assert (pipeline.root / f"results/benchmark/plots/{plot}.png").read_bytes().startswith(PNG)
     assert not list((pipeline.root / "results/benchmark/measurements").glob(".*")), "a work folder was left"
+    assert pipeline.processes() == []
+
+
+MLP_BYTES = 4810 * 4
+"""The digits MLP's float32 weights (64 inputs x 64 hidden units + 64, 64 x 10 + 10)."""
+NEIGHBOUR_TOLERANCE = 1e-5
+"""The bound on max |w_neighbour - w_allreduce| where the graph is complete (docs/neighbour.md)."""
+
+
+def test_neighbour_training_equals_allreduce_on_complete_graphs_and_resumes_to_the_same_weights(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    base = {"dataset": "digits", "image": "hvdflow-cpu", "model": "mlp", "epochs": 3, "batch_size": 32,
+            "learning_rate": 0.01}
+    neighbour = {**base, "strategy": "neighbour"}
+    exp2 = {**neighbour, "ranks": 4, "topology": "exp2", "shard_order": "by_label"}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "ar2": {**base, "ranks": 2}, "nb2": {**neighbour, "ranks": 2},
+        "ar3": {**base, "ranks": 3}, "nb3": {**neighbour, "ranks": 3}, "exp4": exp2, "exp4stopped": exp2})
+    targets = [f"results/{name}/run.json" for name in ("ar2", "nb2", "ar3", "nb3", "exp4")]
+    targets.append("results/exp4/plots/learning_curves.png")
+    proc = pipeline.snakemake(*targets)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    for ranks in (2, 3):
+        allreduce, averaged = pipeline.root / f"results/ar{ranks}", pipeline.root / f"results/nb{ranks}"
+        # a ring of 2 or 3 ranks is the complete graph: the same training, to rounding
+        assert 0 < max_weight_difference(allreduce / "model.keras", averaged / "model.keras") <= NEIGHBOUR_TOLERANCE
+        record = pipeline.json(f"results/nb{ranks}/run.json")
+        assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}  # one model at the end
+        assert record["config"]["experiment"]["strategy"] == "neighbour"
+        rank = pipeline.json(f"results/nb{ranks}/rank-{ranks - 1}.json")
+        assert (rank["strategy"], rank["topology"]) == ("neighbour", "ring")
+        # bytes per step: the ring allreduce's 2(n-1)/n of the gradients, one model per neighbour (as counted)
+        for name, expected in ((f"ar{ranks}", 2 * (ranks - 1) * MLP_BYTES // ranks),
+                               (f"nb{ranks}", (ranks - 1) * MLP_BYTES)):
+            epochs = pipeline.json(f"results/{name}/run.json")["history"]
+            assert [e["sent_bytes_per_step"] for e in epochs] == [expected] * 3, name
+            assert [e["consensus_distance"] for e in epochs] == [0.0] * 3, name  # the ranks hold one model
+    # 4 ranks on the exponential graph (2 peers each), each rank a block of labels: the models differ between steps
+    record = pipeline.json("results/exp4/run.json")
+    assert [e["sent_bytes_per_step"] for e in record["history"]] == [2 * MLP_BYTES] * 3
+    assert all(e["consensus_distance"] > 0 for e in record["history"])
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    # loss, accuracy, consensus distance and bytes per step: four panels of 500 pixels
+    png = (pipeline.root / "results/exp4/plots/learning_curves.png").read_bytes()
+    assert png.startswith(PNG) and int.from_bytes(png[16:20], "big") == 2000
+    # stopped after a step mid-epoch, every rank saves its own state, and the next call resumes to the same weights
+    stopped = pipeline.snakemake("results/exp4stopped/run.json",
+                                 extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:2.4:signal:once"})
+    assert "stopped on a signal after a checkpoint (exit status 75)" in stopped.stdout + stopped.stderr
+    assert not (pipeline.root / "results/exp4stopped/run.json").exists()
+    assert pipeline.processes() == []
+    manifest = pipeline.json("results/exp4stopped/checkpoints/manifest.json")
+    newest = manifest["checkpoints"][-1]
+    assert (newest["epoch"], newest["step"]) == (1, 4)
+    assert {f.partition("/")[0] for f in newest["files"] if "/" in f} == {"rank-1", "rank-2", "rank-3"}
+    resumed = pipeline.snakemake("results/exp4stopped/run.json")
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    again = pipeline.json("results/exp4stopped/run.json")
+    assert again["weights_sha256"] == record["weights_sha256"]
+    assert [a["outcome"] for a in again["attempts"]] == ["stopped on a signal after a checkpoint", "completed"]
+    assert again["history"] == record["history"]
     assert pipeline.processes() == []
 
 

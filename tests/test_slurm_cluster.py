@@ -16,7 +16,7 @@ import yaml
 from conftest import HpcUser, Registry
 from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
-from pipeline_run import Pipeline, benchmark_pipeline, read_table
+from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, read_table
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
 
@@ -51,12 +51,8 @@ def experiment_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, pr
                         **changes: Any) -> Pipeline:
     """A tree whose config trains only the cluster experiment (``changes`` applied to it), started from the
     ``prepared`` tree's image record and dataset when given."""
-    pipeline = Pipeline(user, registry, udocker_dir, prepared)
-    config_file = pipeline.root / "config" / "config.yaml"
-    config = yaml.safe_load(config_file.read_text())
-    config["experiments"] = {"cluster": {**CLUSTER_EXPERIMENT, **changes}}
-    config_file.write_text(yaml.safe_dump(config))
-    return pipeline
+    return configured_pipeline(user, registry, udocker_dir, prepared,
+                               experiments={"cluster": {**CLUSTER_EXPERIMENT, **changes}})
 
 
 def node_scratch_leftovers(layout: Any) -> list[Path]:

@@ -6,13 +6,18 @@ its iteration count, its slots and the hyper variables (learning rate, momentum)
 position in the epoch, the history so far, the running metric sums of an epoch stopped half-way) goes into the
 manifest entry, which :mod:`hvdflow_runstate` writes after the files, last and atomically. Rank 0 saves; every rank
 restores the same checkpoint, so all of them continue from identical state.
+
+When the ranks' states differ (neighbour averaging: each rank has its own weights and momentum), every rank saves its
+own: rank r > 0 into ``rank-<r>/`` beside rank 0's files, all under the same name; the ranks meet, and rank 0's
+manifest entry then names every rank's files with their sha256, so a checkpoint is sound only when all of them are.
+Each rank restores its own files of the entry rank 0 picked.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from hvdflow_runstate import (
     MANIFEST,
@@ -30,17 +35,25 @@ from hvdflow_runstate import (
 class RunCheckpoints:
     """The checkpoints of one run in ``folder``: restore the newest sound one, save new ones, keep the last ``keep``."""
 
-    def __init__(self, folder: str, identity: Dict[str, object], keep: int, model, optimizer) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, folder: str, identity: Dict[str, object], keep: int, model, optimizer,  # type: ignore[no-untyped-def]
+                 rank: int = 0, size: int = 1, barrier: Optional[Callable[[], None]] = None) -> None:
+        """``barrier`` (all ranks call it) given: every rank saves its own state (see the module's docstring)."""
         import tensorflow as tf
 
         self.folder, self.identity, self.keep = folder, identity, keep
         self.model, self.optimizer = model, optimizer
+        self.rank, self.size, self.barrier = rank, size, barrier
         # the optimizer's variables exist before a restore or a save, without a training step (which would change
         # the iteration count and the weights)
         optimizer._create_all_weights(model.trainable_variables)
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, folder, max_to_keep=keep, checkpoint_name="ckpt")
+        self.manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(folder, self.rank_folder(rank)),
+                                                  max_to_keep=keep, checkpoint_name="ckpt")
         self.manifest = new_manifest(identity)
+
+    def rank_folder(self, rank: int) -> str:
+        """Where ``rank``'s files go, relative to the run's folder: rank 0's (or the only) state at the top."""
+        return "rank-%d" % rank if self.barrier is not None and rank > 0 else ""
 
     def restore(self) -> Optional[Dict[str, object]]:
         """Restore the newest sound checkpoint of this run; its manifest entry, or None to start from scratch.
@@ -61,7 +74,8 @@ class RunCheckpoints:
                 raise CheckpointError("%s: none of the checkpoints its manifest names is sound: %s"
                                       % (self.folder, "; ".join(warnings)))
             return None
-        self.checkpoint.restore(os.path.join(self.folder, str(entry["name"]))).assert_existing_objects_matched()
+        own = os.path.join(self.folder, self.rank_folder(self.rank), str(entry["name"]))
+        self.checkpoint.restore(own).assert_existing_objects_matched()
         kept: List[Dict[str, object]] = []
         for candidate in manifest["checkpoints"]:  # type: ignore[union-attr]
             kept.append(candidate)
@@ -72,13 +86,27 @@ class RunCheckpoints:
         return entry
 
     def save(self, epoch: int, step: int, steps_per_epoch: int, state: Dict[str, object], reason: str
-             ) -> Dict[str, object]:
-        """Write a checkpoint after ``epoch`` epochs and ``step`` more steps, then the manifest naming it (rank 0)."""
+             ) -> Optional[Dict[str, object]]:
+        """Write a checkpoint after ``epoch`` epochs and ``step`` more steps, then the manifest naming it.
+
+        Every rank calls it; rank 0 writes (and returns) the manifest entry, the others write their own state or
+        nothing, and return None.
+        """
+        if self.barrier is None and self.rank != 0:
+            return None
         started = time.perf_counter()
         prefix = self.manager.save(checkpoint_number=epoch * steps_per_epoch + step)
         name = os.path.basename(prefix)
-        files = {f: sha256_file(os.path.join(self.folder, f)) for f in sorted(os.listdir(self.folder))
-                 if f.startswith(name + ".")}
+        if self.barrier is not None:
+            self.barrier()  # every rank's files are written before rank 0 hashes them and writes the manifest
+        if self.rank != 0:
+            return None
+        files = {}
+        for rank in range(self.size if self.barrier is not None else 1):
+            sub = self.rank_folder(rank)
+            for f in sorted(os.listdir(os.path.join(self.folder, sub))):
+                if f.startswith(name + "."):
+                    files[os.path.join(sub, f)] = sha256_file(os.path.join(self.folder, sub, f))
         entry = {"name": name, "epoch": epoch, "step": step, "global_step": epoch * steps_per_epoch + step,
                  "files": files, "state": state, "reason": reason, "unix": time.time()}
         entry["bytes"] = sum(os.path.getsize(os.path.join(self.folder, f)) for f in files)

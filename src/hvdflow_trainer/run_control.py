@@ -1,9 +1,10 @@
 """What keeps a run resumable while it trains: a stop on a signal agreed by all ranks, checkpoints, history, progress.
 
 - A signal (TERM, USR1, INT) only sets a flag. After every step the ranks combine their flags with a max-allreduce,
-  so all of them stop after the same step; rank 0 saves a checkpoint, the ranks meet once more (so none leaves
-  before it is on disk) and each raises :class:`StopRequested`; the process then exits with
-  :data:`hvdflow_runstate.STOPPED_EXIT`. A stop agreed on an epoch's last step waits for that epoch's end.
+  so all of them stop after the same step; rank 0 saves a checkpoint (in neighbour training every rank its own
+  state), the ranks meet once more (so none leaves before it is on disk) and each raises :class:`StopRequested`;
+  the process then exits with :data:`hvdflow_runstate.STOPPED_EXIT`. A stop agreed on an epoch's last step waits
+  for that epoch's end.
 - Every ``checkpoint_every`` epochs, and after the last, rank 0 saves at the epoch's end.
 - The history is kept here, one row per epoch, and goes into every checkpoint; rank 0 prints one progress line per
   epoch (``hvdflow: epoch 3/10: loss ... (2.1 s, ETA 15 s)``), which the launcher copies into the rule's log.
@@ -58,7 +59,8 @@ def run_control_callbacks(model, flag: StopFlag, rank: int, checkpoints, positio
                           carried_sums: Optional[List[List[float]]]):
     """``(first, last)``: the callbacks to put first and last in ``fit``'s list (see the module's docstring).
 
-    ``checkpoints`` is rank 0's :class:`~hvdflow_trainer.checkpoints.RunCheckpoints` (None on other ranks);
+    ``checkpoints`` is this rank's :class:`~hvdflow_trainer.checkpoints.RunCheckpoints` (every rank saves through
+    it: rank 0 writes the manifest, the others their own state where the ranks' states differ, else nothing);
     ``position`` is advanced in place; ``carried_sums`` are every rank's metric sums of a half-done epoch being resumed
     (one list of numbers per rank, :func:`metric_variables` flattened).
     """
@@ -75,11 +77,10 @@ def run_control_callbacks(model, flag: StopFlag, rank: int, checkpoints, positio
     extra_state: Dict[str, object] = {}
 
     def save(reason: str, sums: Optional[List[List[float]]] = None) -> None:
-        if checkpoints is not None:
-            state: Dict[str, object] = {"history": history, **extra_state}
-            if sums is not None:
-                state["metric_sums"] = sums
-            checkpoints.save(position.epoch, position.step, steps_per_epoch, state, reason)
+        state: Dict[str, object] = {"history": history, **extra_state}
+        if sums is not None:
+            state["metric_sums"] = sums
+        checkpoints.save(position.epoch, position.step, steps_per_epoch, state, reason)
 
     def gathered_sums() -> List[List[float]]:
         """Every rank's metric sums (an allgather: all ranks call it)."""

@@ -8,6 +8,11 @@ every rank reading its own equal share of the shards. Every rank restores the ne
 signal ends the run after a checkpoint with status :data:`hvdflow_runstate.STOPPED_EXIT` (:mod:`.run_control`).
 Each rank writes ``rank-<r>.json`` (placement, versions and the sha256 of its final weights); rank 0 writes the model,
 ``history.csv``, TensorBoard logs and ``metrics.json``.
+
+With ``--strategy neighbour`` the optimizer is not Horovod's: each rank steps on its own gradient and then averages
+its model with its neighbours' (:mod:`.neighbours`); every rank checkpoints its own state, and the ranks' models are
+averaged once at the end. Either way each epoch's history row has the consensus distance and the bytes a rank sent
+per step.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from hvdflow_runstate import position as describe
 
 from .input_plan import plan_input
 from .machine import cpu_facts, gpu_facts, numerics, nvidia_driver
+from .neighbours import TOPOLOGIES, NeighbourAveraging, average_once, communication_callback
 from .records import parse_fn
 from .run_control import Position, StopFlag, StopRequested, run_control_callbacks
 
@@ -46,27 +52,57 @@ def epoch_seed(seed: int, epoch: int) -> int:
     return (seed * 1000003 + epoch) % (2 ** 31 - 1)
 
 
+def label_sorted_positions(paths: List[str], rank: int, size: int) -> List[int]:
+    """The positions (in the split's record order) of this rank's records when the split is dealt out sorted by label.
+
+    The records are sorted by their first label (stable, so ties keep the split's order) and rank r takes the r-th
+    of ``size`` equal blocks: each rank sees few classes (non-IID data, as when each site holds its own). Reads the
+    split's labels once.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    features = {"y": tf.io.VarLenFeature(tf.int64)}
+    labels = [int(first[0]) if len(first) else -1 for first in
+              tf.data.TFRecordDataset(paths).map(
+                  lambda r: tf.sparse.to_dense(tf.io.parse_single_example(r, features)["y"])).as_numpy_iterator()]
+    per_rank = len(labels) // size
+    if per_rank == 0:
+        raise ValueError("the split has %d records, fewer than the %d ranks" % (len(labels), size))
+    order = np.argsort(np.array(labels), kind="stable")
+    return sorted(int(i) for i in order[rank * per_rank:(rank + 1) * per_rank])
+
+
 def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: int, size: int, batch: int,
                  seed: int, shuffle_buffer: int, epoch: int = 0, skip_batches: int = 0,
-                 threads: int = 0):  # type: ignore[no-untyped-def]
+                 threads: int = 0, positions: Optional[List[int]] = None):  # type: ignore[no-untyped-def]
     """This rank's batches of ``split`` in ``epoch`` (see input_plan): ``(dataset, records per rank, sharding mode)``.
 
     Every rank gets the same number of records, so all take the same steps. With ``shuffle_buffer`` > 0 the
     records are shuffled with :func:`epoch_seed`, so an epoch's order depends only on (seed, epoch, ranks, rank)
     and a resumed epoch sees exactly the batches it would have seen; ``skip_batches`` drops the ones already done.
-    ``threads`` > 0 gives the pipeline a thread pool of that size (the cores the rank owns).
+    ``threads`` > 0 gives the pipeline a thread pool of that size (the cores the rank owns). ``positions`` (from
+    :func:`label_sorted_positions`) are the records this rank reads instead of its planned share.
     """
     import tensorflow as tf
 
     counts = [int(s["records"]) for s in index["splits"][split]["shards"]]  # type: ignore[index]
-    try:
-        mode, groups, per_rank = plan_input(counts, size)
-    except ValueError as exc:
-        raise ValueError("split %s: %s" % (split, exc)) from None
-    if groups is not None:
-        data = tf.data.TFRecordDataset([paths[i] for i in groups[rank]])
+    if positions is not None:
+        mode, per_rank = "by_label", len(positions)
+        wanted = [False] * sum(counts)
+        for i in positions:
+            wanted[i] = True
+        mask = tf.constant(wanted)
+        data = tf.data.TFRecordDataset(paths).enumerate().filter(lambda i, _: tf.gather(mask, i)).map(lambda _, r: r)
     else:
-        data = tf.data.TFRecordDataset(paths).shard(size, rank)
+        try:
+            mode, groups, per_rank = plan_input(counts, size)
+        except ValueError as exc:
+            raise ValueError("split %s: %s" % (split, exc)) from None
+        if groups is not None:
+            data = tf.data.TFRecordDataset([paths[i] for i in groups[rank]])
+        else:
+            data = tf.data.TFRecordDataset(paths).shard(size, rank)
     data = data.take(per_rank)
     if shuffle_buffer > 0:
         data = data.shuffle(min(shuffle_buffer, per_rank), seed=epoch_seed(seed, epoch), reshuffle_each_iteration=False)
@@ -244,6 +280,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     the ranks stopped on a signal (``flag`` set; rank 0 saved a checkpoint first).
     """
     import horovod
+    import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
 
@@ -272,9 +309,11 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     train_paths = verified_shards(args.dataset, index, "train")
     val_paths = verified_shards(args.dataset, index, "validation")
 
+    positions = label_sorted_positions(train_paths, hvd.rank(), hvd.size()) if args.shard_order == "by_label" else None
+
     def epoch_data(epoch: int, skip: int = 0):  # type: ignore[no-untyped-def]
         return rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(), args.batch_size, args.seed,
-                            args.shuffle_buffer, epoch, skip, args.threads)
+                            args.shuffle_buffer, epoch, skip, args.threads, positions)
 
     _, train_per_rank, sharding = epoch_data(0)
     steps_per_epoch = -(-train_per_rank // args.batch_size)
@@ -284,8 +323,14 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
     scaled_lr = args.learning_rate * hvd.size()
     # The legacy optimizer: Horovod 0.28.1's warm-up callback adjusts momentum as a variable, which only the legacy
-    # optimizers of TF >= 2.11 keep it as.
-    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(scaled_lr, momentum=args.momentum))
+    # optimizers of TF >= 2.11 keep it as. Neighbour training steps on each rank's own gradient, then averages models
+    # (.neighbours); the same scaled rate makes it the allreduce step on a complete graph.
+    optimizer = tf.keras.optimizers.legacy.SGD(scaled_lr, momentum=args.momentum)
+    neighbours = None
+    if args.strategy == "neighbour":
+        neighbours = NeighbourAveraging(args.topology, hvd.rank(), hvd.size())
+    else:
+        optimizer = hvd.DistributedOptimizer(optimizer)
     if multi:
         loss, metrics = "binary_crossentropy", [tf.keras.metrics.BinaryAccuracy(name="accuracy")]
     else:
@@ -294,7 +339,13 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
 
     with open(args.identity) as handle:
         identity = json.load(handle)
-    checkpoints = RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer)
+
+    def barrier() -> None:
+        hvd_tf.allreduce(tf.constant(0, tf.int32), op=hvd_tf.Max, name="hvdflow_rank_checkpoints")
+
+    # neighbour training: the ranks' weights and momentum differ, so every rank saves and restores its own
+    checkpoints = RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer,
+                                 hvd.rank(), hvd.size(), barrier if neighbours is not None else None)
     resumed = checkpoints.restore()  # every rank restores the same checkpoint
     state = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
     history: List[Dict[str, float]] = list(state.get("history", []))  # type: ignore[arg-type]
@@ -306,13 +357,22 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
 
     timer = EpochTimer()
     warmup = resumable_warmup(hvd, scaled_lr, args.warmup_epochs, steps_per_epoch)
-    first, control = run_control_callbacks(model, flag, hvd.rank(), checkpoints if hvd.rank() == 0 else None, position,
+    first, control = run_control_callbacks(model, flag, hvd.rank(), checkpoints, position,
                                            steps_per_epoch, args.epochs, args.checkpoint_every, history,
                                            state.get("metric_sums"))  # type: ignore[arg-type]
-    callbacks = [first, hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
-                 warmup, timer.callback()]
-    if model.non_trainable_weights:
-        callbacks.insert(3, average_statistics_callback())
+    if neighbours is None:
+        callbacks = [first, hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
+                     warmup, timer.callback()]
+        if model.non_trainable_weights:
+            callbacks.insert(3, average_statistics_callback())
+    else:
+        # Horovod's broadcast runs after the first step and would undo the other ranks' own steps: the start is
+        # broadcast here instead (a resumed rank keeps its own restored state)
+        if not resumed:
+            hvd_tf.broadcast_variables(model.variables, root_rank=0)
+        callbacks = [first, neighbours.callback(model), hvd.callbacks.MetricAverageCallback(), warmup,
+                     timer.callback()]
+    callbacks.append(communication_callback(model, neighbours, hvd.size()))
     if args.fail_rank >= 0:
         marker = os.path.join(args.checkpoint_dir, ".injected-failure") if args.fail_once else ""
         callbacks.append(InjectedFailure(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how,
@@ -324,11 +384,14 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         warmup.offset = skip
         model.fit(epoch_data(position.epoch, skip)[0], validation_data=val_data, initial_epoch=position.epoch,
                   epochs=position.epoch + 1, callbacks=callbacks, verbose=0)
+    if neighbours is not None:
+        average_once(model.weights)  # one model for the run: the ranks' average, in a fixed order (no fusion)
 
     result: Dict[str, object] = {
         "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
         "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
         "controller": "mpi" if hvd.mpi_enabled() else "gloo",
+        "strategy": args.strategy, "topology": args.topology if neighbours is not None else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cpus": sorted(os.sched_getaffinity(0)), "threads": args.threads,
         "machine": {"cpu": cpu_facts(), "gpus": gpu_facts(tf, tf.config.get_visible_devices("GPU")),
@@ -353,7 +416,8 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         write_history(os.path.join(args.out, "history.csv"), history)
         write_tensorboard(os.path.join(args.out, "tensorboard"), history, 0)
         write_json(os.path.join(args.out, "metrics.json"), {"final": history[-1], "epochs": args.epochs,
-                                                            "epoch_seconds": timer.seconds})
+                                                            "epoch_seconds": timer.seconds,
+                                                            "steps_per_epoch": steps_per_epoch})
         checkpoints.finish()
     return result
 
@@ -374,6 +438,11 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--shuffle-buffer", type=int, default=10000, help="records in each rank's shuffle buffer")
     parser.add_argument("--deterministic-allreduce", action="store_true",
                         help="allreduce each tensor on its own (no tensor fusion): reproducible sums with 3+ ranks")
+    parser.add_argument("--strategy", choices=("allreduce", "neighbour"), default="allreduce",
+                        help="allreduce the gradients, or average models with neighbours after every step")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="ring", help="the neighbours (neighbour strategy)")
+    parser.add_argument("--shard-order", choices=("shuffled", "by_label"), default="shuffled",
+                        help="deal the training split out as planned (IID), or sorted by label (non-IID)")
     parser.add_argument("--threads", type=int, default=1,
                         help="TensorFlow's intra-op and tf.data's threads per rank: the cores it owns (the launcher says)")
     parser.add_argument("--checkpoint-dir", required=True, help="the run's checkpoint folder (kept across attempts)")

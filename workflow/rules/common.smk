@@ -12,6 +12,7 @@ from hvdflow.pipeline import steps  # noqa: E402
 from hvdflow.images.catalog import load_catalog  # noqa: E402
 from hvdflow.config.benchmark import ALLREDUCE, MODELS, benchmark_spec  # noqa: E402
 from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
+from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.config.keyorder import key_sorted  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
@@ -68,6 +69,10 @@ for _name, _experiment in config["experiments"].items():
         )
     except HvdflowError as exc:
         raise WorkflowError(str(exc)) from None
+    try:
+        TrainSpec.from_config(_experiment)  # the keys that depend on each other: strategy, topology, ranks
+    except HvdflowError as exc:
+        raise WorkflowError(f"experiments.{_name}: {exc}") from None
 for _section, _purpose in (("experiments", "train"), ("datasets", "prepare")):
     for _name, _entry in config[_section].items():
         if _entry["image"] not in CATALOG:

@@ -1,13 +1,18 @@
-"""One experiment of the config as the trainer takes it: ranks, nodes, model and optimiser settings."""
+"""One experiment of the config as the trainer takes it: ranks, nodes, model, optimiser and strategy settings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from hvdflow.errors import LaunchError
 
 RESUME_MODES = ("auto", "never")
+STRATEGIES = ("allreduce", "neighbour")
+TOPOLOGIES = ("ring", "exp2", "onepeer-exp2")
+"""The neighbour strategy's graphs (``hvdflow_trainer.neighbours.TOPOLOGIES``; a test compares them)."""
+POWER_OF_TWO_TOPOLOGIES = ("exp2", "onepeer-exp2")
+SHARD_ORDERS = ("shuffled", "by_label")
 RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
 """Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
 
@@ -31,14 +36,35 @@ class TrainSpec:
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
     resume: str = "auto"
+    strategy: str = "allreduce"
+    topology: Optional[str] = None
+    shard_order: str = "shuffled"
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
             raise LaunchError(f"ranks must be at least 1, got {self.ranks}")
         if not 1 <= self.nodes <= self.ranks:
             raise LaunchError(f"nodes must be between 1 and ranks ({self.ranks}), got {self.nodes}")
-        if self.resume not in RESUME_MODES:
-            raise LaunchError(f"resume must be one of {', '.join(RESUME_MODES)}, got {self.resume!r}")
+        for key, value, allowed in (("resume", self.resume, RESUME_MODES), ("strategy", self.strategy, STRATEGIES),
+                                    ("topology", self.topology or "ring", TOPOLOGIES),
+                                    ("shard_order", self.shard_order, SHARD_ORDERS)):
+            if value not in allowed:
+                raise LaunchError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.strategy == "allreduce" and self.topology is not None:
+            raise LaunchError(f"topology {self.topology} is for strategy neighbour; this experiment's strategy is "
+                              "allreduce (leave topology out, or set strategy: neighbour)")
+        if self.strategy == "neighbour":
+            if self.ranks < 2:
+                raise LaunchError(f"strategy neighbour needs at least 2 ranks (neighbours to average with), got "
+                                  f"ranks {self.ranks}")
+            if self.graph in POWER_OF_TWO_TOPOLOGIES and self.ranks & (self.ranks - 1):
+                raise LaunchError(f"topology {self.graph} needs a power-of-two number of ranks, got ranks "
+                                  f"{self.ranks} (ring takes any number)")
+
+    @property
+    def graph(self) -> str:
+        """The neighbour topology in effect (ring unless one is given)."""
+        return self.topology or "ring"
 
     @classmethod
     def from_config(cls, entry: Mapping[str, Any]) -> "TrainSpec":
@@ -51,5 +77,6 @@ class TrainSpec:
                 "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
                 "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed),
                 "--shuffle-buffer", str(self.shuffle_buffer), "--checkpoint-every", str(self.checkpoint_every),
-                "--keep-checkpoints", str(self.keep_checkpoints)] + (
+                "--keep-checkpoints", str(self.keep_checkpoints), "--strategy", self.strategy,
+                "--topology", self.graph, "--shard-order", self.shard_order] + (
                     ["--deterministic-allreduce"] if self.deterministic_allreduce else [])

@@ -31,18 +31,30 @@ def save(fig: plt.Figure, out: Path) -> None:
     plt.close(fig)
 
 
+COMMUNICATION = (("consensus_distance", "consensus distance (L2 from the ranks' mean)", 1.0),
+                 ("sent_bytes_per_step", "MiB sent per step and rank", 1 / 2 ** 20))
+"""The communication columns of the trainer's history: column, axis label, scale."""
+
+
 def plot_learning_curves(history_csv: Path, out: Path, title: str) -> None:
-    """Loss and accuracy per epoch, training and validation, side by side."""
+    """Loss and accuracy per epoch, training and validation, side by side; then, where the history has them, the
+    consensus distance of the ranks' models and the bytes each rank sent per step."""
     history = read_history(history_csv)
     epochs = [int(e) + 1 for e in history["epoch"]]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    communication = [c for c in COMMUNICATION if c[0] in history]
+    fig, axes = plt.subplots(1, 2 + len(communication), figsize=(5 * (2 + len(communication)), 4))
     for ax, metric in zip(axes, ("loss", "accuracy")):
         ax.plot(epochs, history[metric], marker="o", label="training")
         ax.plot(epochs, history[f"val_{metric}"], marker="s", label="validation")
-        ax.set_xlabel("epoch")
         ax.set_ylabel(metric)
-        ax.grid(alpha=0.3)
         ax.legend()
+    for ax, (column, label, scale) in zip(axes[2:], communication):
+        ax.plot(epochs, [v * scale for v in history[column]], marker="o", color="tab:green")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    for ax in axes:
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
     fig.suptitle(f"{title}: learning curves")
     save(fig, out)
 
