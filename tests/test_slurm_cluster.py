@@ -62,20 +62,22 @@ def node_scratch_leftovers(layout: Any) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> Callable[..., Pipeline]:
-    """The cluster experiment with 4 ranks on this machine (local profile, one node), per launcher and epochs, run
-    once each: the uninterrupted runs the cluster runs are compared with."""
-    runs: dict[tuple[str, int], Pipeline] = {}
+    """The cluster experiment with 4 ranks on this machine (local profile, one node), per launcher, epochs and other
+    changes, run once each: the uninterrupted runs the cluster runs are compared with."""
+    runs: dict[tuple[object, ...], Pipeline] = {}
 
-    def run(launcher: str, epochs: int = CLUSTER_EXPERIMENT["epochs"]) -> Pipeline:
-        if (launcher, epochs) not in runs:
-            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, nodes=1, epochs=epochs)
+    def run(launcher: str, epochs: int = CLUSTER_EXPERIMENT["epochs"], **changes: object) -> Pipeline:
+        key = (launcher, epochs, *sorted(changes.items()))
+        if key not in runs:
+            pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, nodes=1, epochs=epochs,
+                                           **changes)
             proc = pipeline.snakemake("results/cluster/run.json", extra_env={"HVDFLOW_LAUNCHER": launcher})
             assert proc.returncode == 0, proc.stderr[-5000:]
             # the prepared dataset is reused, although this config lists its keys in another order than the prepared
             # tree's (Snakemake compares the rules' params as written)
             assert "list_dataset" not in proc.stdout + proc.stderr, proc.stderr[-5000:]
-            runs[launcher, epochs] = pipeline
-        return runs[launcher, epochs]
+            runs[key] = pipeline
+        return runs[key]
 
     return run
 
@@ -137,6 +139,26 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
             "--open-mode=append"} <= set(sbatch.split()), sbatch
     evaluation = pipeline.json("results/cluster/evaluation.json")
     assert evaluation["accuracy"] > 0.8
+
+
+def test_neighbour_training_on_two_nodes_converges_and_matches_the_local_run(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+        local_runs: Callable[..., Pipeline]) -> None:
+    # a ring of 4 ranks, 2 per node: each rank exchanges with one rank on its node and one on the other
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, strategy="neighbour")
+    proc = pipeline.snakemake("results/cluster/evaluation.json", profile="testbed")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    assert [(r["rank"], r["hostname"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}  # averaged once at the end
+    assert [e["sent_bytes_per_step"] for e in record["history"]] == [2 * 4810 * 4] * 3  # two neighbours, the MLP
+    assert all(e["consensus_distance"] > 0 for e in record["history"])  # a ring of 4 is not the complete graph
+    assert pipeline.json("results/cluster/evaluation.json")["accuracy"] >= 0.9
+    # the ring's exchanges do not depend on where the ranks run
+    local = local_runs("gloo", strategy="neighbour").json("results/cluster/run.json")
+    assert record["weights_sha256"] == local["weights_sha256"]
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
 
 
 def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
