@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO
 from hvdflow.errors import ConfigError
@@ -30,13 +32,35 @@ def test_shipped_catalog_and_recipes_are_consistent() -> None:
     catalog = load_catalog(CATALOG)
     assert {"hvdflow-cpu", "hvdflow-gpu"} <= set(catalog)
     for spec in catalog.values():
-        assert spec.recipe is not None
+        if spec.recipe is None:  # a prebuilt image: pulled from its publisher's registry, never from the profile's
+            assert spec.registry is not None and not spec.tested and spec.purposes == ("train",), spec.name
+            continue
         recipe = load_recipe(spec.recipe)
         assert recipe.horovod.tensorflow == spec.tensorflow
         assert recipe.horovod.version == spec.horovod
     cpu = catalog["hvdflow-cpu"]
     assert (cpu.device, cpu.tested, cpu.reference) == ("cpu", True, "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11")
     assert catalog["hvdflow-gpu"].tested is False
+    upstream = {name: (spec.registry, spec.reference) for name, spec in catalog.items() if spec.recipe is None}
+    assert upstream == {"horovod-cpu": ("https://registry-1.docker.io", "horovod/horovod-cpu:0.28.1"),
+                        "horovod-gpu": ("https://registry-1.docker.io", "horovod/horovod:0.28.1"),
+                        "ngc-tensorflow": ("https://nvcr.io", "nvidia/tensorflow:24.03-tf2-py3")}
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"registry": "registry-1.docker.io"}, "images.x.registry: 'registry-1.docker.io' must be http://HOST[:PORT]"),
+    ({"username": "$oauthtoken"}, "images.x: username and password_env go together"),
+    ({"password_env": "NGC_API_KEY"}, "images.x: username and password_env go together"),
+    ({"token": "abc"}, "unknown key(s) token"),
+])
+def test_bad_registry_fields_are_named(tmp_path: Path, fields: dict[str, str], message: str) -> None:
+    entry = {"description": "d", "repository": "r/x", "tag": "1", "device": "cpu", "python": "3.8",
+             "tensorflow": "2.9.2", "horovod": "0.28.1", "mpi": "none", "execmode": "P1", "purposes": ["train"],
+             "tested": False, **fields}
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({"images": {"x": entry}}))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_catalog(path)
 
 
 def test_cpu_requirements_are_a_full_pinned_closure() -> None:

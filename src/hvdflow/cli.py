@@ -78,7 +78,7 @@ def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[
     elif getattr(args, "registry", None) == NO_REGISTRY and not update_lock:
         manifest = loaded_image(udocker, spec, lock)
     else:
-        manifest = pull_image(udocker, spec, _require_registry(args), lock, update_lock=update_lock)
+        manifest = pull_image(udocker, spec, spec.registry or _require_registry(args), lock, update_lock=update_lock)
     if update_lock and before is not None and before.digest != manifest.digest:
         print(f"hvdflow: {lock}: {spec.name} ({spec.reference}) moved from {before.digest} to {manifest.digest}",
               file=sys.stderr)
@@ -118,7 +118,7 @@ def cmd_image_save(args: argparse.Namespace) -> int:
     from hvdflow.images.offline import save_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    manifest = save_image(spec, _require_registry(args), _lock_path(args), args.archive)
+    manifest = save_image(spec, spec.registry or _require_registry(args), _lock_path(args), args.archive)
     print(json.dumps({"image": spec.name, "reference": spec.reference, "digest": manifest.digest,
                       "archive": str(args.archive), "bytes": args.archive.stat().st_size}))
     return 0

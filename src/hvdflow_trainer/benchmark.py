@@ -66,7 +66,7 @@ def interface_address(interface: str) -> str:
 
 def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
     """Train ``args.kind`` on one repeated synthetic batch; the times of the first, warm-up and last steps."""
-    from .models import build_model
+    from .models import build_model, sgd
 
     shape, classes, multi = SHAPES[args.kind]
     rng = __import__("numpy").random.default_rng(args.seed + hvd.rank())
@@ -80,7 +80,7 @@ def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # typ
     steps = args.warmup_steps + args.steps
     data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
     model = build_model(args.kind, shape, classes, multi, args.hidden_units)
-    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01 * hvd.size(), momentum=0.9))
+    optimizer = hvd.DistributedOptimizer(sgd(0.01 * hvd.size(), 0.9))
     model.compile(optimizer=optimizer, loss=loss)
     ends: List[float] = []
 

@@ -78,3 +78,13 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int, multi_l
     if name == "resnet50":
         return _resnet50(shape, num_classes, activation)
     raise ValueError("unknown model %r; known: %s" % (name, ", ".join(MODELS)))
+
+
+def sgd(learning_rate: float, momentum: float):  # type: ignore[no-untyped-def]
+    """Keras 2's SGD of the ``OptimizerV2`` family, which Horovod 0.28.1's warm-up callback needs (it adjusts momentum
+    as a variable): ``tf.keras.optimizers.legacy.SGD`` from TensorFlow 2.11, where the new optimizers became the
+    default; ``tf.keras.optimizers.SGD`` itself before (the official Horovod images have TensorFlow 2.9)."""
+    import tensorflow as tf
+
+    family = getattr(tf.keras.optimizers, "legacy", tf.keras.optimizers)
+    return family.SGD(learning_rate, momentum=momentum)

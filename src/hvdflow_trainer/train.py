@@ -285,7 +285,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     import tensorflow as tf
 
     from .checkpoints import RunCheckpoints
-    from .models import build_model
+    from .models import build_model, sgd
 
     if args.deterministic_allreduce:
         # Tensor fusion packs whichever gradients are ready in one cycle into one buffer, and the ring (Gloo) or the
@@ -322,10 +322,9 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
 
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
     scaled_lr = args.learning_rate * hvd.size()
-    # The legacy optimizer: Horovod 0.28.1's warm-up callback adjusts momentum as a variable, which only the legacy
-    # optimizers of TF >= 2.11 keep it as. Neighbour training steps on each rank's own gradient, then averages models
-    # (.neighbours); the same scaled rate makes it the allreduce step on a complete graph.
-    optimizer = tf.keras.optimizers.legacy.SGD(scaled_lr, momentum=args.momentum)
+    # Neighbour training steps on each rank's own gradient, then averages models (.neighbours); the same scaled rate
+    # makes it the allreduce step on a complete graph.
+    optimizer = sgd(scaled_lr, args.momentum)
     neighbours = None
     if args.strategy == "neighbour":
         neighbours = NeighbourAveraging(args.topology, hvd.rank(), hvd.size())

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 
 from hvdflow.errors import ImageError, RegistryError
 from hvdflow.images.registry import INDEX_TYPES, Manifest, fetch_blob, linux_amd64, parse_manifest
+from hvdflow.images.registry_auth import Credentials
 
 REF_NAME = "org.opencontainers.image.ref.name"
 MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -44,8 +45,9 @@ def _add(tar: tarfile.TarFile, name: str, size: int | None = None, content: Bina
     tar.addfile(info, content)
 
 
-def save_archive(manifest: Manifest, ref_name: str, out: Path) -> None:
-    """Write the image of ``manifest`` as an OCI archive at ``out``, its blobs fetched from the manifest's registry.
+def save_archive(manifest: Manifest, ref_name: str, out: Path, credentials: Credentials | None = None) -> None:
+    """Write the image of ``manifest`` as an OCI archive at ``out``, its blobs fetched from the manifest's registry
+    (as ``credentials``' user when given).
 
     Every blob is checked against its digest as it arrives; the archive is assembled beside ``out`` and renamed into
     place, so an interrupted save never leaves a file that looks complete.
@@ -54,7 +56,8 @@ def save_archive(manifest: Manifest, ref_name: str, out: Path) -> None:
     work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
         for digest in sorted(set(manifest.blobs)):
-            fetch_blob(manifest.registry_url, manifest.repository, digest, work / digest.split(":", 1)[1])
+            fetch_blob(manifest.registry_url, manifest.repository, digest, work / digest.split(":", 1)[1],
+                       credentials=credentials)
         index = {"schemaVersion": 2, "mediaType": MEDIA_INDEX,
                  "manifests": [{"mediaType": manifest.media_type, "digest": manifest.digest, "size": len(manifest.raw),
                                 "annotations": {REF_NAME: ref_name}}]}

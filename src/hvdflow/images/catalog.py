@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
+from hvdflow.images.registry_auth import Credentials
 
 EXECMODES = ("P1", "P2")  # proot; R1 and the F modes do not work with Debian's binaries (containers/README.md)
 PROOT_ENGINES = ("image", "host")
@@ -34,14 +36,39 @@ class ImageSpec:
     recipe: Optional[Path]
     tested: bool
     purposes: tuple[str, ...]
+    registry: Optional[str] = None
+    """The image's own registry (Docker Hub, nvcr.io, a site's), used instead of the profile's; None: the profile's."""
+    username: Optional[str] = None
+    password_env: Optional[str] = None
+    """The environment variable that holds the password (or API key) of ``username`` at the registry."""
 
     @property
     def reference(self) -> str:
         """``repository:tag``, the form udocker and skopeo take."""
         return f"{self.repository}:{self.tag}"
 
+    def registry_url(self, profile_registry: str) -> str:
+        """Where the image is pulled from: its own registry if it names one, else the profile's."""
+        return self.registry or profile_registry
+
+    def credentials(self) -> Optional[Credentials]:
+        """The registry credentials of the entry (its password read from the environment now); None: anonymous.
+
+        ConfigError naming the entry and the variable if the variable is not set.
+        """
+        if self.username is None or self.password_env is None:
+            return None
+        password = os.environ.get(self.password_env)
+        if not password:
+            raise ConfigError(f"images.{self.name}.password_env: the environment variable {self.password_env} (the "
+                              f"password of user {self.username} at {self.registry or 'the registry'}) is not set")
+        return Credentials(self.username, password)
+
 
 _FIELDS = ("description", "repository", "tag", "device", "python", "tensorflow", "horovod", "mpi", "execmode", "tested")
+_ACCESS = ("registry", "username", "password_env")
+"""Optional fields: where an image that is not served by the profile's registry comes from, and as whom."""
+_REGISTRY = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?/?$")
 PURPOSES = ("prepare", "train")  # dataset preparation (TIFF/PNG/parquet readers), Horovod training and evaluation
 
 
@@ -49,7 +76,7 @@ def _parse_image(name: str, entry: object, base: Path, where: str) -> ImageSpec:
     where = f"{where}: images.{name}"
     expect(where, entry, dict)
     assert isinstance(entry, dict)
-    check_keys(where, entry, (*_FIELDS, "purposes"), ("recipe",))
+    check_keys(where, entry, (*_FIELDS, "purposes"), ("recipe", *_ACCESS))
     values = {key: entry[key] for key in _FIELDS}
     purposes = tuple(str(p) for p in expect(f"{where}.purposes", entry["purposes"], list))
     if not purposes or not set(purposes) <= set(PURPOSES):
@@ -71,7 +98,13 @@ def _parse_image(name: str, entry: object, base: Path, where: str) -> ImageSpec:
         recipe = base / str(expect(f"{where}.recipe", entry["recipe"], str))
         if not recipe.is_file():
             raise ConfigError(f"{where}.recipe: {recipe} does not exist")
-    return ImageSpec(name=name, recipe=recipe, purposes=purposes, **values)
+    access = {key: str(expect(f"{where}.{key}", entry[key], str)) for key in _ACCESS if key in entry}
+    if "registry" in access and not _REGISTRY.match(access["registry"]):
+        raise ConfigError(f"{where}.registry: {access['registry']!r} must be http://HOST[:PORT] or https://HOST[:PORT]")
+    if ("username" in access) != ("password_env" in access):
+        raise ConfigError(f"{where}: username and password_env go together (the user, and the environment variable "
+                          "that holds its password)")
+    return ImageSpec(name=name, recipe=recipe, purposes=purposes, **values, **access)
 
 
 def load_catalog(path: Path) -> dict[str, ImageSpec]:

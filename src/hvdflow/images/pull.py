@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,6 +23,7 @@ from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import check_against_lock, write_lock_entry
 from hvdflow.images.registry import Manifest, resolve_manifest
+from hvdflow.images.registry_auth import Credentials
 from hvdflow.images.udocker import Udocker
 
 PULL_LOCK_TIMEOUT = float(os.environ.get("HVDFLOW_LOCK_TIMEOUT", "1800"))
@@ -93,16 +95,39 @@ def verify_blobs(manifest: Manifest, image: str, stored: Callable[[str], Path]) 
             )
 
 
-def pull_image(udocker: Udocker, spec: ImageSpec, registry_url: str, lock_path: Path, update_lock: bool = False) -> Manifest:
-    """Resolve, check against the lock, pull by digest and verify ``spec``; record its digest in the lock file."""
+def udocker_pull(udocker: Udocker, spec: ImageSpec, registry_url: str, credentials: Credentials | None
+                 ) -> subprocess.CompletedProcess[str]:
+    """``udocker pull`` of the image from ``registry_url``; with credentials, logged in for that pull only (the
+    password goes through stdin, never the command line, and udocker's keystore forgets it afterwards)."""
+    if credentials is None:
+        return udocker.call("pull", f"--registry={registry_url}", spec.reference)
+    login = udocker.call("login", f"--registry={registry_url}", f"--username={credentials.username}",
+                         "--password-stdin", stdin_text=credentials.password + "\n")
+    if login.returncode != 0:
+        raise ImageError(f"udocker login to {registry_url} as {credentials.username} failed (exit {login.returncode}): "
+                         f"{(login.stderr or login.stdout).strip()[-500:]}")
+    try:
+        return udocker.call("pull", f"--registry={registry_url}", spec.reference)
+    finally:
+        udocker.call("logout", f"--registry={registry_url}")
+
+
+def pull_image(udocker: Udocker, spec: ImageSpec, profile_registry: str, lock_path: Path, update_lock: bool = False
+               ) -> Manifest:
+    """Resolve, check against the lock, pull by digest and verify ``spec``; record its digest in the lock file.
+
+    The image comes from its catalogue entry's registry if it names one, else from the profile's.
+    """
+    registry_url = spec.registry_url(profile_registry)
+    credentials = spec.credentials()
     udocker.prepare()
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"pulling {spec.reference}"):
-        manifest = resolve_manifest(registry_url, spec.repository, spec.tag)
+        manifest = resolve_manifest(registry_url, spec.repository, spec.tag, credentials=credentials)
         must_write = check_against_lock(lock_path, spec.name, spec.reference, manifest.digest, update_lock)
         stored = tag_dir(udocker, spec)
         if stored.is_dir() and not (stored / "manifest").exists():  # loaded from an archive (udocker's v1 form)
             udocker.check("rmi", spec.reference)
-        proc = udocker.call("pull", f"--registry={registry_url}", spec.reference)
+        proc = udocker_pull(udocker, spec, registry_url, credentials)
         if proc.returncode != 0:
             raise ImageError(f"udocker pull {spec.reference} from {registry_url} failed (exit {proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()[-2000:]}")

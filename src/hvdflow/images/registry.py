@@ -1,4 +1,8 @@
-"""Read-only client of a Docker/OCI registry (distribution API v2): resolve a tag to its manifest, fetch blobs."""
+"""Read-only client of a Docker/OCI registry (distribution API v2): resolve a tag to its manifest, fetch blobs.
+
+Registries that ask for authentication (a bearer token, as Docker Hub and nvcr.io do, or basic credentials) are
+answered by :mod:`hvdflow.images.registry_auth`, anonymously or with an image's credentials.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,12 @@ import hashlib
 import json
 import os
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hvdflow.errors import RegistryError
+from hvdflow.images.registry_auth import Credentials, open_authorized
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
@@ -44,11 +48,12 @@ class Manifest:
         return tuple(digest for digest, _ in self.layers) + (self.config_digest,)
 
 
-def _fetch(registry_url: str, repository: str, reference: str, timeout: float) -> tuple[bytes, str]:
+def _fetch(registry_url: str, repository: str, reference: str, timeout: float,
+           credentials: Credentials | None) -> tuple[bytes, str]:
     url = f"{registry_url.rstrip('/')}/v2/{repository}/manifests/{reference}"
-    request = urllib.request.Request(url, headers={"Accept": ", ".join(MANIFEST_TYPES + INDEX_TYPES)})
+    headers = {"Accept": ", ".join(MANIFEST_TYPES + INDEX_TYPES)}
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with open_authorized(url, headers, registry_url, credentials, timeout) as response:
             return response.read(), response.headers.get("Content-Type", "").split(";")[0].strip()
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace").strip()
@@ -64,14 +69,15 @@ def _fetch(registry_url: str, repository: str, reference: str, timeout: float) -
         ) from None
 
 
-def resolve_manifest(registry_url: str, repository: str, reference: str, timeout: float = 30.0) -> Manifest:
+def resolve_manifest(registry_url: str, repository: str, reference: str, timeout: float = 30.0,
+                     credentials: Credentials | None = None) -> Manifest:
     """Fetch the linux/amd64 manifest of ``repository:reference`` and check that it is what its digest says."""
     what = f"{registry_url}/{repository}:{reference}"
-    body, media_type = _fetch(registry_url, repository, reference, timeout)
+    body, media_type = _fetch(registry_url, repository, reference, timeout, credentials)
     expected = reference if reference.startswith("sha256:") else None
     if media_type in INDEX_TYPES:
         expected = linux_amd64(json.loads(body), what)
-        body, media_type = _fetch(registry_url, repository, expected, timeout)
+        body, media_type = _fetch(registry_url, repository, expected, timeout, credentials)
     return parse_manifest(body, media_type, registry_url, repository, what, expected)
 
 
@@ -103,13 +109,14 @@ def parse_manifest(body: bytes, media_type: str, source: str, repository: str, w
                     config_digest=config_digest, layers=layers, document=manifest, raw=body)
 
 
-def fetch_blob(registry_url: str, repository: str, digest: str, dest: Path, timeout: float = 60.0) -> None:
+def fetch_blob(registry_url: str, repository: str, digest: str, dest: Path, timeout: float = 60.0,
+               credentials: Credentials | None = None) -> None:
     """Download blob ``digest`` of ``repository`` into ``dest``, checking its sha256 before it gets that name."""
     url = f"{registry_url.rstrip('/')}/v2/{repository}/blobs/{digest}"
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     sha = hashlib.sha256()
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(tmp, "wb") as out:
+        with open_authorized(url, {}, registry_url, credentials, timeout) as response, open(tmp, "wb") as out:
             while True:
                 chunk = response.read(1 << 20)
                 if not chunk:

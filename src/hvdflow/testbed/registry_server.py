@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -31,16 +32,21 @@ def write_config(storage: Path, port: int, config: Path) -> None:
     )
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    """Wait until ``GET url/v2/`` answers 200; RegistryError if the process dies or the time runs out."""
+def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 30.0, ready_status: int = 200) -> None:
+    """Wait until ``GET url/v2/`` answers ``ready_status`` (401 where it asks for authentication); RegistryError if
+    the process dies or the time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RegistryError(f"{REGISTRY_BIN} exited with code {proc.returncode} before serving {url}")
         try:
             with urllib.request.urlopen(f"{url}/v2/", timeout=2) as response:
-                if response.status == 200:
+                if response.status == ready_status:
                     return
+        except urllib.error.HTTPError as exc:
+            if exc.code == ready_status:
+                return
+            time.sleep(0.1)
         except OSError:
             time.sleep(0.1)
     raise RegistryError(f"registry at {url} did not answer within {timeout:.0f} s")
