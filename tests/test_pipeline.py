@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
-from helpers import build_tiny_layout
+from helpers import build_tiny_layout, derived_layout
 from hvdflow.images.build.image import BuiltImage, push_image
 from hvdflow.testbed.registry_server import start_registry
 from pipeline_run import (
@@ -310,6 +311,42 @@ def test_the_benchmark_measures_udocker_against_native_and_reports_every_goal(de
     for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
         assert (pipeline.root / f"results/benchmark/plots/{plot}.png").read_bytes().startswith(PNG)
     assert not list((pipeline.root / "results/benchmark/measurements").glob(".*")), "a work folder was left"
+    assert pipeline.processes() == []
+
+
+def test_a_dataset_prepared_in_one_image_trains_in_another(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
+                                                            udocker_dir: Path, cpu_image: BuiltImage,
+                                                            tmp_path: Path) -> None:
+    # another image (its own digest) with the same software, which the catalogue allows to train only
+    trainer = derived_layout(cpu_image, tmp_path / "trainer-layout", "1", marker="the training image")
+    push_image(trainer, registry.url, "hvdflow-tests/trainer", "1", tmp_path / "push.log")
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
+    catalog_file = pipeline.root / "containers" / "catalog.yaml"
+    catalog = yaml.safe_load(catalog_file.read_text())
+    catalog["images"]["trainer"] = {**catalog["images"]["hvdflow-cpu"], "repository": "hvdflow-tests/trainer",
+                                    "tag": "1", "purposes": ["train"], "description": "hvdflow-cpu and a marker layer"}
+    del catalog["images"]["trainer"]["recipe"]
+    catalog_file.write_text(yaml.safe_dump(catalog))
+    config_file = pipeline.root / "config" / "config.yaml"
+    config = yaml.safe_load(config_file.read_text())
+    config["experiments"]["demo"]["image"] = "trainer"
+    config_file.write_text(yaml.safe_dump(config))
+    proc = pipeline.snakemake()
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    output = proc.stdout + proc.stderr
+    # hvdflow-cpu is now checked for preparation only (its `needs` changed), so its pull and the preparation run again
+    assert re.search(r"rule prepare_chunk:\n\s+input: resources/images/hvdflow-cpu\.json,", output), output[-5000:]
+    assert re.search(r"rule train:\n\s+input: resources/images/trainer\.json,", output), output[-5000:]
+    record = pipeline.json("results/demo/run.json")
+    assert (record["image"]["name"], record["image"]["digest"]) == ("trainer", trainer.manifest_digest)
+    assert trainer.manifest_digest != cpu_image.manifest_digest
+    assert record["config"]["dataset"]["image"] == "hvdflow-cpu"
+    # the training image was checked for training only: no preparation library asked of it
+    assert record["image_check"]["ok"] and "sklearn" not in {p["name"] for p in record["image_check"]["parts"]}
+    assert pipeline.json("resources/images/hvdflow-cpu.json")["digest"] == cpu_image.manifest_digest
+    # the same software gives the same weights as the demo, trained in hvdflow-cpu
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    assert pipeline.json("results/demo/evaluation.json")["accuracy"] == demo.json("results/demo/evaluation.json")["accuracy"]
     assert pipeline.processes() == []
 
 
