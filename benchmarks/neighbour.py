@@ -7,8 +7,10 @@ Run as the ordinary user in a pipeline working directory after the demo (the ima
 
 Four experiments train the digits MLP with the same ranks, epochs and seed through the profile (Slurm jobs on a
 Slurm profile): strategy allreduce or neighbour (``--topology``), shard_order shuffled or by_label. Snakemake runs
-them (with their evaluation) one after another. Prints, per experiment: the median time per step over the epochs
-after the first, the bytes a rank sent per step, the final consensus distance and the test accuracy; writes the
+them (with their evaluation) one after another, ``--repetitions`` times (the later ones with ``--forcerun train``),
+so that machine noise hits all four alike. Prints, per experiment: the time per step (median over the epochs after
+the first, then median and range over the repetitions), the bytes a rank sent per step, the final consensus
+distance and the test accuracy (the same in every repetition: training is deterministic); writes the
 table and a figure (consensus distance and validation accuracy per epoch) to ``results/neighbour-comparison/``; and
 what the alpha-beta cost model predicts per step for more ranks on real networks (the byte counts are the
 trainer's own formulas, :mod:`hvdflow_trainer.neighbours`). Figures, not assertions: the
@@ -76,6 +78,18 @@ def row(name: str, spec: dict[str, object]) -> dict[str, object]:
             "test_accuracy": evaluation["accuracy"]}
 
 
+def summary(repetitions: list[dict[str, object]]) -> dict[str, object]:
+    """One experiment's row over its repetitions: time per step as median and range; the rest must not change."""
+    times = [float(r["ms_per_step"]) for r in repetitions]  # type: ignore[arg-type]
+    first = dict(repetitions[0])
+    for key in ("bytes_per_step", "consensus_distance", "test_accuracy"):
+        if any(r[key] != first[key] for r in repetitions):
+            print(f"warning: {first['experiment']}: {key} differs between repetitions", file=sys.stderr)
+    first.update(ms_per_step=round(statistics.median(times), 2), ms_per_step_min=min(times),
+                 ms_per_step_max=max(times), repetitions=len(times))
+    return first
+
+
 def figure(names: list[str], out: Path) -> None:
     """Consensus distance and validation accuracy per epoch of every experiment."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -103,14 +117,21 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--topology", default="ring", choices=("ring", "exp2", "onepeer-exp2"))
+    parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args()
     runs = experiments(args)
     OUT.mkdir(parents=True, exist_ok=True)
     config = OUT / "config.yaml"
     config.write_text(yaml.safe_dump({"experiments": runs}))
     targets = [f"results/{name}/evaluation.json" for name in runs]
-    subprocess.run(["snakemake", "--profile", args.profile, *targets, "--configfile", str(config)], check=True)
-    rows = [row(name, spec) for name, spec in runs.items()]
+    measured: dict[str, list[dict[str, object]]] = {name: [] for name in runs}
+    for repetition in range(args.repetitions):
+        again = ["--forcerun", "train"] if repetition else []
+        subprocess.run(["snakemake", "--profile", args.profile, *targets, *again, "--configfile", str(config)],
+                       check=True)
+        for name, spec in runs.items():
+            measured[name].append(row(name, spec))
+    rows = [summary(measured[name]) for name in runs]
     with open(OUT / "table.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -10,8 +10,10 @@ tests check.
 
 The exchange is one ``hvd.alltoall`` per step of all the model's weights as one flat float32 vector, a copy per
 out-neighbour and an empty split for every other rank; what comes back are the in-neighbours' vectors in rank order.
-Every rank sums its own and its in-neighbours' vectors in ascending rank order, so on a complete graph every rank
-computes the same sum and the ranks stay bit-identical.
+It runs inside the compiled training step: the optimizer is wrapped (:meth:`NeighbourAveraging.wrap`) so that its
+step is followed by the exchange, as Horovod's DistributedOptimizer puts its allreduce before the step.
+Every rank sums its own and its in-neighbours' vectors stacked in ascending rank order, in one reduction, so on a
+complete graph every rank computes the same sum and the ranks stay bit-identical.
 
 Topologies (directed; uniform weights 1/(in-degree + 1) make the mixing matrix doubly stochastic):
 
@@ -75,64 +77,79 @@ def assign_flat(variables: list, flat) -> None:  # type: ignore[no-untyped-def,t
 
     offset = 0
     for v in variables:
-        size = int(tf.size(v))
+        size = v.shape.num_elements()
         v.assign(tf.cast(tf.reshape(flat[offset:offset + size], v.shape), v.dtype))
         offset += size
 
 
 class NeighbourAveraging:
-    """The exchange after every step, and what it cost: steps and bytes sent, counted per epoch."""
+    """The exchange after every step, inside the compiled training step, and what it sent (counted per epoch)."""
 
     def __init__(self, topology: str, rank: int, size: int) -> None:
+        import tensorflow as tf
+
         check_topology(topology, size)
         self.topology, self.rank, self.size = topology, rank, size
-        self.bytes_sent = 0
-        self.steps = 0
+        self.bytes_sent = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvdflow_bytes_sent")
+        self.exchanges = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvdflow_exchanges")
 
-    def average(self, variables: list, step: int) -> None:  # type: ignore[type-arg]
-        """Replace ``variables`` by the uniform average of this rank's and its in-neighbours' values at ``step``."""
+    def average(self, variables: list, step) -> None:  # type: ignore[no-untyped-def,type-arg]
+        """Replace ``variables`` by the uniform average of this rank's and its in-neighbours' values at ``step`` (a
+        scalar tensor: the global step, from 0)."""
         import horovod.tensorflow as hvd_tf
         import tensorflow as tf
 
-        send, receive = peers(self.topology, self.size, self.rank, step)
         mine = flat_weights(variables)
-        splits = [1 if r in send else 0 for r in range(self.size)]
-        rows, received_splits = hvd_tf.alltoall(tf.stack([mine] * len(send)), splits=splits,
-                                                name="hvdflow_neighbours")
-        got = [int(n) for n in received_splits.numpy()]
-        if got != [1 if r in receive else 0 for r in range(self.size)]:
-            raise RuntimeError("rank %d expected one model from each of ranks %s at step %d, got splits %s"
-                               % (self.rank, receive, step, got))
-        contributions: Dict[int, object] = {self.rank: mine}
-        contributions.update(zip(receive, tf.unstack(rows)))
-        total = None
-        for r in sorted(contributions):
-            total = contributions[r] if total is None else total + contributions[r]  # type: ignore[operator]
-        assign_flat(variables, total / float(len(contributions)))  # type: ignore[operator]
-        self.bytes_sent += len(send) * int(mine.shape[0]) * mine.dtype.size
-        self.steps += 1
+        if self.topology == "onepeer-exp2":
+            distance = tf.bitwise.left_shift(1, tf.cast(step % (self.size.bit_length() - 1), tf.int32))
+            splits = tf.one_hot((self.rank + distance) % self.size, self.size, dtype=tf.int32)
+            expected = tf.one_hot((self.rank - distance) % self.size, self.size, dtype=tf.int32)
+            sent = tf.expand_dims(mine, 0)
+            rows, received = hvd_tf.alltoall(sent, splits=splits, name="hvdflow_neighbours")
+            # two terms: IEEE addition is commutative, so both ranks of a pair compute the same sum
+            total, count = mine + rows[0], 2
+        else:
+            send, receive = peers(self.topology, self.size, self.rank, 0)
+            expected = tf.constant([1 if r in receive else 0 for r in range(self.size)], tf.int32)
+            sent = tf.stack([mine] * len(send))
+            rows, received = hvd_tf.alltoall(sent, splits=[1 if r in send else 0 for r in range(self.size)],
+                                             name="hvdflow_neighbours")
+            contributions: Dict[int, object] = {self.rank: mine}
+            contributions.update(zip(receive, tf.unstack(rows, num=len(receive))))
+            # one reduction over the vectors stacked in rank order: on a complete graph every rank sums the same
+            # stack the same way (a chain of adds would be reordered by TensorFlow's graph optimizer, rank by rank)
+            total = tf.reduce_sum(tf.stack([contributions[r] for r in sorted(contributions)]), axis=0)
+            count = len(contributions)
+        check = tf.debugging.assert_equal(tf.cast(received, tf.int32), expected,
+                                          message="rank %d: a neighbour's model is missing or extra" % self.rank)
+        with tf.control_dependencies([check]):
+            assign_flat(variables, total / float(count))  # type: ignore[operator]
+        self.bytes_sent.assign_add(tf.size(sent, out_type=tf.int64) * mine.dtype.size)
+        self.exchanges.assign_add(1)
 
     def epoch_bytes_per_step(self) -> float:
-        """Bytes sent per step since the last call (the epoch's), and start counting anew."""
-        per_step = self.bytes_sent / self.steps if self.steps else 0.0
-        self.bytes_sent, self.steps = 0, 0
-        return per_step
+        """Bytes sent per exchange since the last call (the epoch's), and start counting anew."""
+        sent, exchanges = int(self.bytes_sent.numpy()), int(self.exchanges.numpy())
+        self.bytes_sent.assign(0)
+        self.exchanges.assign(0)
+        return sent / exchanges if exchanges else 0.0
 
-    def callback(self, model):  # type: ignore[no-untyped-def]
-        """A Keras callback that averages ``model``'s weights (BatchNorm statistics included) after every step.
+    def wrap(self, optimizer, model):  # type: ignore[no-untyped-def]
+        """``optimizer`` made to average ``model``'s weights (BatchNorm statistics included) with the neighbours'
+        after each of its steps, inside the compiled training step (as Horovod's DistributedOptimizer allreduces).
 
         The step index is the optimizer's iteration count, which checkpoints keep: a resumed run exchanges with the
         peers the uninterrupted one would have (``onepeer-exp2`` cycles through them).
         """
-        import tensorflow as tf
-
         averaging = self
 
-        class _Average(tf.keras.callbacks.Callback):
-            def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
-                averaging.average(model.weights, int(model.optimizer.iterations.numpy()) - 1)
+        class _Neighbours(optimizer.__class__):  # type: ignore[misc,name-defined]
+            def apply_gradients(self, grads_and_vars, *args, **kwargs):  # type: ignore[no-untyped-def]
+                applied = super().apply_gradients(grads_and_vars, *args, **kwargs)
+                averaging.average(model.weights, self.iterations - 1)
+                return applied
 
-        return _Average()
+        return _Neighbours.from_config(optimizer.get_config())
 
 
 def consensus_distance(variables: list) -> float:  # type: ignore[type-arg]

@@ -9,8 +9,8 @@ signal ends the run after a checkpoint with status :data:`hvdflow_runstate.STOPP
 Each rank writes ``rank-<r>.json`` (placement, versions and the sha256 of its final weights); rank 0 writes the model,
 ``history.csv``, TensorBoard logs and ``metrics.json``.
 
-With ``--strategy neighbour`` the optimizer is not Horovod's: each rank steps on its own gradient and then averages
-its model with its neighbours' (:mod:`.neighbours`); every rank checkpoints its own state, and the ranks' models are
+With ``--strategy neighbour`` the optimizer is not Horovod's: each rank steps on its own gradient and then, in the
+same compiled step, averages its model with its neighbours' (:mod:`.neighbours`); every rank checkpoints its own state, and the ranks' models are
 averaged once at the end. Either way each epoch's history row has the consensus distance and the bytes a rank sent
 per step.
 """
@@ -328,6 +328,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     neighbours = None
     if args.strategy == "neighbour":
         neighbours = NeighbourAveraging(args.topology, hvd.rank(), hvd.size())
+        optimizer = neighbours.wrap(optimizer, model)
     else:
         optimizer = hvd.DistributedOptimizer(optimizer)
     if multi:
@@ -369,8 +370,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         # broadcast here instead (a resumed rank keeps its own restored state)
         if not resumed:
             hvd_tf.broadcast_variables(model.variables, root_rank=0)
-        callbacks = [first, neighbours.callback(model), hvd.callbacks.MetricAverageCallback(), warmup,
-                     timer.callback()]
+        callbacks = [first, hvd.callbacks.MetricAverageCallback(), warmup, timer.callback()]
     callbacks.append(communication_callback(model, neighbours, hvd.size()))
     if args.fail_rank >= 0:
         marker = os.path.join(args.checkpoint_dir, ".injected-failure") if args.fail_once else ""
