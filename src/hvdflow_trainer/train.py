@@ -10,9 +10,9 @@ Each rank writes ``rank-<r>.json`` (placement, versions and the sha256 of its fi
 ``history.csv``, TensorBoard logs and ``metrics.json``.
 
 With ``--strategy neighbour`` the optimizer is not Horovod's: each rank steps on its own gradient and then, in the
-same compiled step, averages its model with its neighbours' (:mod:`.neighbours`); every rank checkpoints its own state, and the ranks' models are
-averaged once at the end. Either way each epoch's history row has the consensus distance and the bytes a rank sent
-per step.
+same compiled step, averages its model with its neighbours' (:mod:`.neighbours`); every rank checkpoints its own
+state, and the ranks' models are averaged once at the end. Either way each epoch's history row has the consensus
+distance and the bytes a rank sent per step.
 """
 
 from __future__ import annotations

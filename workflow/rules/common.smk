@@ -69,8 +69,9 @@ for _name, _experiment in config["experiments"].items():
         )
     except HvdflowError as exc:
         raise WorkflowError(str(exc)) from None
+    # the keys that depend on each other: strategy, topology, ranks
     try:
-        TrainSpec.from_config(_experiment)  # the keys that depend on each other: strategy, topology, ranks
+        TrainSpec.from_config(_experiment)
     except HvdflowError as exc:
         raise WorkflowError(f"experiments.{_name}: {exc}") from None
 for _section, _purpose in (("experiments", "train"), ("datasets", "prepare")):
