@@ -96,11 +96,8 @@ class Udocker:
     def call(self, *args: str, timeout: float | None = None, stdin_text: str | None = None
              ) -> subprocess.CompletedProcess[str]:
         """Run ``udocker ARGS`` and capture its output, whatever its exit status; ``stdin_text`` is its input."""
-        if stdin_text is None:
-            return subprocess.run(self.argv(*args), env=self.env(), capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
         return subprocess.run(self.argv(*args), env=self.env(), capture_output=True, text=True, timeout=timeout,
-                              input=stdin_text)
+                              input=stdin_text, stdin=subprocess.DEVNULL if stdin_text is None else None)
 
     def check(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``udocker ARGS``; raise UdockerError with its output if it exits non-zero."""
