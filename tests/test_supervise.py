@@ -74,6 +74,35 @@ time.sleep(300)
 """
 
 
+# the same rank, slow to start: until it installs its handler it ignores SIGINT, as its launcher set it to
+RANK_SLOW_TO_CATCH_SIGINT = "import time; time.sleep(1.5)\n" + RANK_STOPPING_ON_SIGINT
+
+
+def _wait_ready(tmp_path: Path, ranks: int) -> None:
+    """Wait until every rank printed its ready line (the log's first line, the command, holds the word too)."""
+    deadline = time.monotonic() + 30
+    while not all("ready" in (tmp_path / f"rank-{r}.log").read_text().splitlines()[1:] for r in range(ranks)):
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.05)
+
+
+def test_a_ctrl_c_before_the_ranks_catch_it_is_repeated_until_they_stop(tmp_path: Path) -> None:
+    # a Ctrl-C while the trainers still import TensorFlow reaches ranks that ignore SIGINT: it is sent again until
+    # they have their handlers and stop
+    before = signal.signal(signal.SIGINT, lambda *_: None)
+    try:
+        watch_interrupts()
+        ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_SLOW_TO_CATCH_SIGINT], tmp_path / f"rank-{r}.log", {},
+                       rank=True) for r in range(2)]
+        os.kill(os.getpid(), signal.SIGINT)
+        with pytest.raises(RunStopped):
+            supervise(ranks, timeout=60)
+        assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
+        assert all(group_members(r.proc.pid) == [] for r in ranks)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_ctrl_c_between_the_start_of_the_ranks_and_their_supervision_is_passed_on(tmp_path: Path) -> None:
     # the worker thread may reach supervise() after the Ctrl-C was counted: the count the ranks started with decides
     before = signal.signal(signal.SIGINT, lambda *_: None)
@@ -81,10 +110,7 @@ def test_a_ctrl_c_between_the_start_of_the_ranks_and_their_supervision_is_passed
         watch_interrupts()
         ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_STOPPING_ON_SIGINT], tmp_path / f"rank-{r}.log", {},
                        rank=True) for r in range(2)]
-        deadline = time.monotonic() + 30
-        while not all("ready" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2)):
-            assert time.monotonic() < deadline, "the ranks did not start"
-            time.sleep(0.05)
+        _wait_ready(tmp_path, 2)
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)  # the handler has run in this (the main) thread
         with pytest.raises(RunStopped):
@@ -115,10 +141,7 @@ def test_ctrl_c_in_the_main_thread_reaches_ranks_supervised_in_another_thread(tm
 
         worker = threading.Thread(target=body)
         worker.start()
-        deadline = time.monotonic() + 30
-        while not all("ready" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2)):
-            assert time.monotonic() < deadline, "the ranks did not start"
-            time.sleep(0.05)
+        _wait_ready(tmp_path, 2)
         os.kill(os.getpid(), signal.SIGINT)
         # the kernel may hand the signal to any thread; CPython runs the handler in the main thread when that thread
         # next runs Python code, so it waits in short slices, as Snakemake's scheduler does (one join(60) blocked the

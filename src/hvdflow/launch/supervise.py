@@ -26,6 +26,9 @@ STOP_GRACE = 10.0
 KILL_REAP_WAIT = 10.0
 STOPPING_WAIT = 120.0
 """How long the other processes may take to exit after one exited with STOPPED_EXIT (they stop together)."""
+INTERRUPT_RESEND = 2.0
+"""Seconds between repeats of a Ctrl-C to ranks still running: a rank that got it before its trainer installed its
+handlers ignored it (its launcher's disposition), and the trainer's handler only sets a flag, so a repeat is harmless."""
 
 
 @dataclass
@@ -211,13 +214,15 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
     No ``timeout`` means no limit of hvdflow's own (a Slurm job's limit is Slurm's to enforce). Processes that exit
     with :data:`STOPPED_EXIT` stopped on a signal after a checkpoint: when all of them did, RunStopped. ``follow``
     is called on every poll (to copy progress into the rule's log). Each Ctrl-C this process gets (see
-    :func:`watch_interrupts`) goes on to the ranks' process groups as SIGINT: they checkpoint and stop together.
+    :func:`watch_interrupts`) goes on to the ranks' process groups as SIGINT, repeated every
+    :data:`INTERRUPT_RESEND` seconds until they exit: they checkpoint and stop together.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
     interrupts = min((p.interrupts_before for p in processes), default=_Interrupts.count)
     pending = list(processes)
     stopped: list[Supervised] = []
     finished: list[Supervised] = []
+    interrupt_sent: Optional[float] = None
     try:
         while pending:
             exited = [(p, p.proc.poll()) for p in pending]
@@ -234,8 +239,9 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
                     pending.remove(p)
             if follow is not None:
                 follow()
-            if _Interrupts.count > interrupts:
-                interrupts = _Interrupts.count
+            now = time.monotonic()
+            if _Interrupts.count > interrupts or (interrupt_sent is not None and now - interrupt_sent > INTERRUPT_RESEND):
+                interrupts, interrupt_sent = _Interrupts.count, now
                 for p in pending:
                     if p.rank:
                         _signal_group(p.proc, signal.SIGINT)
