@@ -414,8 +414,15 @@ def test_neighbour_training_equals_allreduce_on_complete_graphs_and_resumes_to_t
 def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(demo: Pipeline, hpc_user: HpcUser,
                                                                          registry: Registry, udocker_dir: Path) -> None:
     pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
+
+    def autograph_files() -> list[str]:  # TensorFlow deletes them only at a clean exit: they would stay where TMPDIR is
+        folders = [Path("/tmp"), *udocker_dir.glob("containers/*/ROOT/tmp")]
+        return sorted(str(f) for d in folders for f in d.glob("__autograph_generated_file*") if f.owner() == hpc_user.name)
+
+    before = autograph_files()
     proc = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2"})
     assert proc.returncode != 0
+    assert autograph_files() == before and not (pipeline.root / "logs/train/demo/tmp").exists()
     output = proc.stdout + proc.stderr
     assert "rank 1 failed with exit code 3" in output
     assert str(pipeline.root / "logs/train/demo/rank-1.log") in output

@@ -9,14 +9,33 @@ bound to its cores (:mod:`hvdflow.launch.cpus`): Gloo's with ``sched_setaffinity
 
 from __future__ import annotations
 
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from hvdflow.launch.cpus import CpuPlan, cpu_list
 from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import ProgressFollower, Supervised, start, stop, supervise, supervise_mpirun
+
+
+@contextmanager
+def ranks_tmpdir(logs: Path) -> Iterator[dict[str, str]]:
+    """``TMPDIR`` for the ranks: a folder beside their logs, removed when they have gone.
+
+    TensorFlow's AutoGraph writes a temporary file per converted function and deletes them only at a clean exit, so a
+    rank that is killed, or stopped with ``os._exit``, would leave them in the host's /tmp (bound into MPI's and
+    the native runtime's ranks) for good.
+    """
+    tmp = logs / "tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield {"TMPDIR": str(tmp)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def launch_gloo_local(
@@ -39,14 +58,16 @@ def launch_gloo_local(
     binds = [logs, *paths]
     server, port = start_rendezvous_server(runtime, logs, binds, runtime.process_env())
     ranks: list[Supervised] = []
-    try:
-        for placement in placements:
-            argv = runtime.command(command, horovod_gloo_env(placement, "127.0.0.1", port, iface), binds)
-            ranks.append(start(f"rank {placement.rank}", argv, logs / f"rank-{placement.rank}.log", runtime.process_env(),
-                               rank=True, cores=cpus.cores_of(placement.rank)))
-        supervise(ranks, timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
-    finally:
-        stop(ranks + [server])
+    with ranks_tmpdir(logs) as tmp_env:
+        try:
+            for placement in placements:
+                env = {**horovod_gloo_env(placement, "127.0.0.1", port, iface), **tmp_env}
+                ranks.append(start(f"rank {placement.rank}", runtime.command(command, env, binds),
+                                   logs / f"rank-{placement.rank}.log", runtime.process_env(), rank=True,
+                                   cores=cpus.cores_of(placement.rank)))
+            supervise(ranks, timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
+        finally:
+            stop(ranks + [server])
 
 
 def launch_mpi_local(
@@ -67,8 +88,6 @@ def launch_mpi_local(
     ``taskset`` with its cores (Open MPI's own binding stays off: it would bind the ``sh`` to one core each).
     """
     logs.mkdir(parents=True, exist_ok=True)
-    env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
-    inner = runtime.command(command, env, [logs, *paths], hostenv=True)
     bound = [cpus.cores_of(r) for r in range(nranks)]
     if all(cores is not None for cores in bound):  # the ranks' core lists come first: $1 is rank 0's
         rank_args = [cpu_list(cores) for cores in bound if cores is not None]
@@ -76,6 +95,9 @@ def launch_mpi_local(
                         'exec taskset -c "$cores" "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1')
     else:
         per_rank_log, rank_args = 'exec "$@" > "$0-$OMPI_COMM_WORLD_RANK.log" 2>&1', []
-    argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
-            "sh", "-c", per_rank_log, str(logs / "rank"), *rank_args, *inner]
-    supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout, progress)
+    with ranks_tmpdir(logs) as tmp_env:
+        env = {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi", **tmp_env}
+        inner = runtime.command(command, env, [logs, *paths], hostenv=True)
+        argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
+                "sh", "-c", per_rank_log, str(logs / "rank"), *rank_args, *inner]
+        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout, progress)
