@@ -158,7 +158,18 @@ def cpu_image(registry: Registry, build_log: Path) -> BuiltImage:
 
     It follows Debian's mirror where a pinned version is gone (named in the build log), so that the suite builds on
     any later day; the strict check is tested on the small recipe (tests/test_image_build.py)."""
-    spec = load_catalog(REPO / "containers" / "catalog.yaml")["hvdflow-cpu"]
+    return _built_and_pushed("hvdflow-cpu", registry, build_log)
+
+
+@pytest.fixture(scope="session")
+def oldest_image(registry: Registry, build_log: Path) -> BuiltImage:
+    """The oldest stack hvdflow claims (hvdflow-cpu-oldest: Debian 11, Python 3.9, TensorFlow 2.9.3), built like
+    ``cpu_image``: its Horovod compiled in a Debian 11 build root (about 4 minutes on a cold cache)."""
+    return _built_and_pushed("hvdflow-cpu-oldest", registry, build_log)
+
+
+def _built_and_pushed(name: str, registry: Registry, build_log: Path) -> BuiltImage:
+    spec = load_catalog(REPO / "containers" / "catalog.yaml")[name]
     image = build_image(spec, build_log, debian="follow")
     push_image(image, registry.url, spec.repository, spec.tag, build_log)
     return image

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from conftest import HpcUser, Registry
+from hvdflow.images.build.image import BuiltImage
 from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
 from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, read_table
@@ -157,6 +158,32 @@ def test_neighbour_training_on_two_nodes_converges_and_matches_the_local_run(
     # the ring's exchanges do not depend on where the ranks run
     local = local_runs("gloo", strategy="neighbour").json("results/cluster/run.json")
     assert record["weights_sha256"] == local["weights_sha256"]
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
+
+
+def test_the_oldest_stack_trains_on_two_nodes_checked_and_deterministic(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+        local_runs: Callable[..., Pipeline], oldest_image: BuiltImage) -> None:
+    # the official horovod-cpu image's stack (TensorFlow 2.9, Keras 2.9, Horovod 0.28.1 with Gloo) on Debian 11's
+    # Python 3.9; the digits were prepared in hvdflow-cpu (this image has no preparation libraries)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, image="hvdflow-cpu-oldest")
+    proc = pipeline.snakemake("results/cluster/evaluation.json", profile="testbed")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    assert (record["image"]["name"], record["image"]["digest"]) == ("hvdflow-cpu-oldest", oldest_image.manifest_digest)
+    assert [(r["rank"], r["hostname"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+    check = {p["name"]: p for p in record["image_check"]["parts"]}
+    assert record["image_check"]["ok"], record["image_check"]
+    assert check["python"]["found"].startswith("3.9.") and check["tensorflow"]["found"] == "2.9.3"
+    assert check["tf.keras"]["found"].startswith("2.9.") and check["horovod gloo"]["found"] == "built"
+    assert pipeline.json("results/cluster/evaluation.json")["accuracy"] >= 0.9
+    # deterministic there too: the same weights on one machine (another launch, another placement of the ranks)
+    local = local_runs("gloo", image="hvdflow-cpu-oldest").json("results/cluster/run.json")
+    assert record["weights_sha256"] == local["weights_sha256"]
+    # TensorFlow 2.9 answers whether oneDNN runs at build time; the record gives the run-time answer, as 2.15's does
+    newer = local_runs("gloo").json("results/cluster/run.json")
+    assert record["numerics"]["onednn_enabled"] == newer["numerics"]["onednn_enabled"] is not None
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes() == []
 

@@ -54,6 +54,17 @@ def gpu_facts(tf, gpus: list) -> List[Dict[str, object]]:  # type: ignore[no-unt
     return found
 
 
+ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+
+
+def default_onednn(setting: Optional[str], flags: List[str]) -> bool:
+    """Whether TensorFlow 2.9 runs its oneDNN kernels: ``TF_ENABLE_ONEDNN_OPTS`` (``setting``) if set, else by the
+    CPU's ``flags``."""
+    if setting is not None and setting.strip():
+        return setting.strip().lower() in ("1", "true", "t", "yes", "y")
+    return any(flag in flags for flag in ONEDNN_DEFAULT_FLAGS)
+
+
 def numerics(tf, deterministic_allreduce: bool) -> Dict[str, object]:  # type: ignore[no-untyped-def]
     """The settings of this process that fix the order of floating-point sums.
 
@@ -69,6 +80,12 @@ def numerics(tf, deterministic_allreduce: bool) -> Dict[str, object]:  # type: i
         onednn: Optional[bool] = bool(_pywrap_util_port.IsMklEnabled())
     except (ImportError, AttributeError):
         onednn = None
+    if onednn is False and tf.__version__.startswith("2.9."):
+        # TensorFlow 2.9's IsMklEnabled is the build-time answer (INTEL_MKL and ENABLE_MKL), False for the PyPI
+        # wheel even where its oneDNN kernels run ("oneDNN custom operations are on"); the run-time answer follows
+        # its documented default: TF_ENABLE_ONEDNN_OPTS if set, else on where the CPU has AVX512_VNNI, AVX512_BF16,
+        # AVX_VNNI or AMX
+        onednn = default_onednn(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), cpu_facts()["flags"])  # type: ignore[arg-type]
     try:
         from tensorflow.python.framework import config as framework_config
 

@@ -15,7 +15,8 @@ from hvdflow.errors import ConfigError
 from hvdflow.files.cache import content_key, sha256_file
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.build.commands import run_step
-from hvdflow.images.build.wheels import BUILD_PYTHON, ensure_horovod_wheel, ensure_wheelhouse, pip_install_argvs, python_version
+from hvdflow.images.build.toolchain import HOST_PYTHON, host_toolchain
+from hvdflow.images.build.wheels import ensure_horovod_wheel, ensure_wheelhouse, pip_install_argvs
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.recipe import load_recipe
 
@@ -28,20 +29,21 @@ def native_python(profile: ClusterProfile, image: str, catalog: Path) -> Path:
     if spec.recipe is None:
         raise ConfigError(f"image {image} has no recipe in {catalog}: the native runtime needs its pinned packages")
     recipe = load_recipe(spec.recipe)
-    if not spec.python or not python_version().startswith(spec.python):
-        raise ConfigError(f"image {image} has Python {spec.python}, the host's {BUILD_PYTHON} is {python_version()}: "
+    host = host_toolchain()
+    if not spec.python or not host.python_version.startswith(spec.python):
+        raise ConfigError(f"image {image} has Python {spec.python}, the host's {HOST_PYTHON} is {host.python_version}: "
                           "the native runtime needs the same interpreter")
     root = profile.native_venv_dir
     with exclusive_lock(root / ".native.lock", NATIVE_LOCK_TIMEOUT, f"creating the native venv of {image}"):
         log = root / f"{image}.build.log"
-        wheelhouse = ensure_wheelhouse(recipe, log)
-        wheel = ensure_horovod_wheel(recipe, wheelhouse, log)
+        wheelhouse = ensure_wheelhouse(recipe, host, log)
+        wheel = ensure_horovod_wheel(recipe, wheelhouse, host, log)
         venv = root / f"{image}-{content_key(recipe.fingerprint(), sha256_file(wheel))[:16]}"
         python = venv / "bin" / "python"
         if (venv / ".hvdflow-complete").exists():
             return python
         shutil.rmtree(venv, ignore_errors=True)
-        run_step([BUILD_PYTHON, "-m", "venv", str(venv)], log)
+        run_step([HOST_PYTHON, "-m", "venv", str(venv)], log)
         for argv in pip_install_argvs([str(python), "-m", "pip"], str(wheelhouse), str(recipe.requirements), str(wheel)):
             run_step(argv, log)
         subprocess.run([str(python), "-c", "import horovod.tensorflow"], check=True, capture_output=True)

@@ -13,12 +13,14 @@ from hvdflow.images.build.commands import run_step
 from hvdflow.images.build.oci import ImageConfig, LayerSpec, prefix_filter, write_oci_layout
 from hvdflow.images.build.proot import ensure_proot, proot_key
 from hvdflow.images.build.rootfs import build_rootfs
-from hvdflow.images.build.wheels import ensure_horovod_wheel, ensure_wheelhouse, horovod_wheel_key, python_version
+from hvdflow.images.build.toolchain import Toolchain, toolchain_for
+from hvdflow.images.build.wheels import ensure_horovod_wheel, ensure_wheelhouse, horovod_wheel_key
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.recipe import load_recipe
 from hvdflow.images.udocker_tools import IMAGE_PROOT
 
-_BUILDER_SOURCES = [Path(__file__).parent / name for name in ("image.py", "oci.py", "proot.py", "rootfs.py", "wheels.py")]
+_BUILDER_SOURCES = [Path(__file__).parent / name
+                    for name in ("image.py", "oci.py", "proot.py", "rootfs.py", "toolchain.py", "wheels.py")]
 
 
 @dataclass(frozen=True)
@@ -35,12 +37,14 @@ class BuiltImage:
         return f"oci:{self.layout}:{self.tag}"
 
 
-def image_cache_dir(spec: ImageSpec) -> Path:
-    """Where the OCI layout of ``spec`` is cached; the name holds a key over everything the build reads."""
+def image_cache_dir(spec: ImageSpec, toolchain: Toolchain) -> Path:
+    """Where the OCI layout of ``spec``, built by ``toolchain``, is cached; the name holds a key over everything the
+    build reads."""
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
     recipe = load_recipe(spec.recipe)
-    key = content_key(recipe.fingerprint(), horovod_wheel_key(recipe) if recipe.horovod else "no horovod",
+    key = content_key(recipe.fingerprint(), toolchain.python_version, toolchain.glibc,
+                      horovod_wheel_key(recipe, toolchain) if recipe.horovod else "no horovod",
                       proot_key(recipe.proot) if recipe.proot else "no proot",
                       source_fingerprint(*_BUILDER_SOURCES), spec.reference)[:16]
     return cache_root() / "images" / f"{spec.name}-{key}"
@@ -62,13 +66,14 @@ def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage
     """
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
+    recipe = load_recipe(spec.recipe)
+    toolchain = toolchain_for(recipe, log)
     if debian != "pin":
-        cached = image_cache_dir(spec)
+        cached = image_cache_dir(spec, toolchain)
         if (cached / "index.json").is_file():
             return BuiltImage(cached, spec.tag, _read_manifest_digest(cached))
-    recipe = load_recipe(spec.recipe)
-    wheelhouse = ensure_wheelhouse(recipe, log)
-    wheel = ensure_horovod_wheel(recipe, wheelhouse, log) if recipe.horovod else None
+    wheelhouse = ensure_wheelhouse(recipe, toolchain, log)
+    wheel = ensure_horovod_wheel(recipe, wheelhouse, toolchain, log) if recipe.horovod else None
     proot = ensure_proot(recipe.proot, log) if recipe.proot else None
     building = cache_root() / "images"
     building.mkdir(parents=True, exist_ok=True)
@@ -79,7 +84,7 @@ def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage
         labels = {
             "org.opencontainers.image.title": spec.name,
             "org.opencontainers.image.description": spec.description,
-            "io.hvdflow.python": python_version(),
+            "io.hvdflow.python": toolchain.python_version,
             "io.hvdflow.recipe.sha256": load_recipe(spec.recipe).fingerprint(),  # after --debian pin: the new manifest
         }
         if recipe.horovod is not None and wheel is not None:
@@ -97,7 +102,7 @@ def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage
         )
         python_part = prefix_filter(list(recipe.python_layer))
         layers = [LayerSpec("system", prefix_filter(list(recipe.python_layer), invert=True)), LayerSpec("python", python_part)]
-        layout = image_cache_dir(spec)
+        layout = image_cache_dir(spec, toolchain)
         manifest = write_oci_layout(rootfs, layers, config, layout, spec.tag, recipe.source_date_epoch)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import Optional
 from hvdflow.errors import ConfigError
 from hvdflow.images.build.commands import BuildError, run_step
 from hvdflow.images.build.pins import apt_preferences, check_debian_packages, read_debian_manifest, write_debian_manifest
+from hvdflow.images.build.toolchain import chroot_argv
 from hvdflow.images.build.wheels import pip_install_argvs
 from hvdflow.images.recipe import Recipe
 
@@ -86,10 +87,10 @@ def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path]
     stage = dest / _STAGE
     shutil.copytree(wheelhouse, stage)
     shutil.copy2(recipe.requirements, stage / "requirements.txt")
-    in_root = ["chroot", str(dest), "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root", "LANG=C.UTF-8",
-               f"SOURCE_DATE_EPOCH={recipe.source_date_epoch}"]
+    # PIP_BREAK_SYSTEM_PACKAGES, not the option: bookworm's pip needs it, bullseye's pip 20.3 knows no such option
+    in_root = chroot_argv(dest, [], {"SOURCE_DATE_EPOCH": str(recipe.source_date_epoch), "PIP_BREAK_SYSTEM_PACKAGES": "1"})
     pip = in_root + ["python3", "-m", "pip"]
-    flags = ["--break-system-packages", "--no-warn-script-location"]
+    flags = ["--no-warn-script-location"]
     if horovod_wheel is not None:
         shutil.copy2(horovod_wheel, stage / horovod_wheel.name)
     staged_wheel = None if horovod_wheel is None else f"/{_STAGE}/{horovod_wheel.name}"

@@ -1,8 +1,10 @@
 """The Python wheels of an image: a wheelhouse of PyPI's wheels and the Horovod wheel compiled once.
 
-Both are cached under the hvdflow cache, keyed by their inputs: the wheelhouse by the pinned requirements and
-the interpreter, the Horovod wheel by Horovod's and TensorFlow's versions, the interpreter, Open MPI's version and
-the build switches. Builds write into a temporary directory and are renamed into place when complete.
+Both are made for the image's interpreter by its toolchain (:mod:`hvdflow.images.build.toolchain`: the host's, or
+a build root of the image's Debian release) and cached under the hvdflow cache, keyed by their inputs: the
+wheelhouse by the pinned requirements and the interpreter, the Horovod wheel by Horovod's and TensorFlow's versions,
+the interpreter, the compiler's and Open MPI's versions and the build switches. Builds write into a temporary
+directory and are renamed into place when complete.
 """
 
 from __future__ import annotations
@@ -18,17 +20,11 @@ from typing import Optional
 from hvdflow.errors import ConfigError
 from hvdflow.files.cache import cache_root, content_key, source_fingerprint
 from hvdflow.images.build.commands import BuildError, run_step
+from hvdflow.images.build.toolchain import HOST_PYTHON, Toolchain
 from hvdflow.images.recipe import HorovodBuild, Recipe
 
-BUILD_PYTHON = "/usr/bin/python3"
 PREFIX_MAP_TARGET = "/hvdflow-build"
 """What ``-ffile-prefix-map`` turns a compile's random build directory into, so that compiled files are reproducible."""
-
-
-def python_version(python: str = BUILD_PYTHON) -> str:
-    """The full version (``3.11.2``) of the interpreter the image's wheels are built with."""
-    return subprocess.run([python, "-c", "import platform; print(platform.python_version())"], check=True,
-                          capture_output=True, text=True).stdout.strip()
 
 
 def debian_package_version(package: str) -> str:
@@ -51,17 +47,19 @@ def _finish(tmp: Path, final: Path) -> None:
     os.replace(tmp, final)
 
 
-def ensure_wheelhouse(recipe: Recipe, log: Path) -> Path:
-    """A directory with a wheel for every pinned requirement of ``recipe``, downloaded once from PyPI."""
-    key = content_key(recipe.requirements.read_bytes(), python_version())[:16]
+def ensure_wheelhouse(recipe: Recipe, toolchain: Toolchain, log: Path) -> Path:
+    """A directory with a wheel for every pinned requirement of ``recipe``, for ``toolchain``'s interpreter,
+    downloaded once from PyPI by the host's pip."""
+    target = toolchain.pip_target()
+    key = content_key(recipe.requirements.read_bytes(), *target)[:16]
     final = cache_root() / "wheelhouse" / key
     if _complete(final, "*.whl"):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
     try:
-        run_step([BUILD_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir", "--require-hashes",
-                  "-d", str(tmp), "-r", str(recipe.requirements)], log)
+        run_step([HOST_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir", "--require-hashes",
+                  *target, "-d", str(tmp), "-r", str(recipe.requirements)], log)
         _finish(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -86,62 +84,70 @@ def horovod_of(recipe: Recipe) -> HorovodBuild:
     return recipe.horovod
 
 
-def horovod_wheel_key(recipe: Recipe) -> str:
-    """The cache key of the Horovod wheel ``recipe`` needs."""
+def horovod_wheel_key(recipe: Recipe, toolchain: Toolchain) -> str:
+    """The cache key of the Horovod wheel ``recipe`` needs, compiled by ``toolchain``."""
     horovod = horovod_of(recipe)
     with_mpi = dict(horovod.build_env).get("HOROVOD_WITH_MPI") == "1"
-    mpi = debian_package_version("libopenmpi-dev") if with_mpi else "none"
+    mpi = toolchain.package_version("libopenmpi-dev") if with_mpi else "none"
     return content_key("horovod", horovod.version, horovod.sdist_sha256, "tensorflow", horovod.tensorflow,
-                       "python", python_version(), "mpi", mpi, repr(sorted(horovod.build_env)),
-                       str(recipe.source_date_epoch), source_fingerprint(Path(__file__)))[:16]
+                       "python", toolchain.python_version, "g++", toolchain.package_version("g++"), "mpi", mpi,
+                       repr(sorted(horovod.build_env)), str(recipe.source_date_epoch),
+                       source_fingerprint(Path(__file__)))[:16]
 
 
-def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
-    """The Horovod wheel for ``recipe``, compiled once (debug info stripped) and cached.
+def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, toolchain: Toolchain, log: Path) -> Path:
+    """The Horovod wheel for ``recipe``, compiled once by ``toolchain`` (debug info stripped) and cached.
 
-    The requirements must include ``wheel``, whose command line repacks the stripped wheel.
+    The requirements must include ``wheel``, whose command line repacks the stripped wheel. In a build root the
+    wheelhouse and the sources are copied into it first, and only the finished wheel comes out.
     """
     horovod = horovod_of(recipe)
-    key = horovod_wheel_key(recipe)
+    key = horovod_wheel_key(recipe, toolchain)
     final = cache_root() / "wheels" / f"horovod-{horovod.version}-tf{horovod.tensorflow}-{key}"
     found = _complete(final, "horovod-*.whl")
     if found:
         return found[0]
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    tmp = toolchain.work_dir(final.parent, f".{final.name}-")
     try:
+        if toolchain.root is not None:
+            shutil.copytree(wheelhouse, tmp / "wheelhouse")
+            wheelhouse = tmp / "wheelhouse"
+        shutil.copy2(recipe.requirements, tmp / "requirements.txt")
         venv = tmp / "venv"
-        run_step([BUILD_PYTHON, "-m", "venv", str(venv)], log)
-        pip = [str(venv / "bin" / "python"), "-m", "pip"]
-        run_step(pip + ["install", "--no-index", "--find-links", str(wheelhouse), "--require-hashes",
-                        "-r", str(recipe.requirements)], log)
-        site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              check=True, capture_output=True, text=True).stdout.strip()
-        env = dict(os.environ, MAKEFLAGS=f"-j{os.cpu_count() or 1}", SOURCE_DATE_EPOCH=str(recipe.source_date_epoch))
+        python = toolchain.path(venv / "bin" / "python")
+        toolchain.run([HOST_PYTHON, "-m", "venv", toolchain.path(venv)], log)
+        pip = [python, "-m", "pip"]
+        toolchain.run(pip + ["install", "--no-index", "--find-links", toolchain.path(wheelhouse), "--require-hashes",
+                             "-r", toolchain.path(tmp / "requirements.txt")], log)
+        site = toolchain.output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        env = {"MAKEFLAGS": f"-j{os.cpu_count() or 1}", "SOURCE_DATE_EPOCH": str(recipe.source_date_epoch)}
         env.update({k: v.format(site_packages=site) for k, v in horovod.build_env})
-        # Horovod's sources, checked against the recipe's sha256, unpacked here so that every path the compiler
-        # sees (sources, TensorFlow's headers in the venv) is under tmp, which -ffile-prefix-map renames: no random
-        # directory name reaches the shared object, and the same recipe gives the same wheel
+        # Horovod's sources, checked against the recipe's sha256 (downloaded by the host's pip: a build root has no
+        # network), unpacked here so that every path the compiler sees (sources, TensorFlow's headers in the venv)
+        # is under tmp, which -ffile-prefix-map renames: no random directory name reaches the shared object, and the
+        # same recipe gives the same wheel
         sdist = tmp / "horovod-sdist.txt"
         sdist.write_text(f"horovod=={horovod.version} --hash=sha256:{horovod.sdist_sha256}\n")
-        run_step(pip + ["download", "--no-cache-dir", "--no-deps", "--no-binary=:all:", "--require-hashes",
-                        "-r", str(sdist), "-d", str(tmp / "sdist")], log)
+        run_step([HOST_PYTHON, "-m", "pip", "download", "--no-cache-dir", "--no-deps", "--no-binary=:all:",
+                  "--require-hashes", "-r", str(sdist), "-d", str(tmp / "sdist")], log)
         (archive,) = sorted((tmp / "sdist").glob("horovod-*.tar.gz"))
         with tarfile.open(archive) as tar:  # checked by its sha256 above (Debian's Python 3.11.2 has no filter=)
             tar.extractall(tmp / "src")
         tree = tmp / "src" / f"horovod-{horovod.version}"
-        mapped = f"-ffile-prefix-map={tmp}={PREFIX_MAP_TARGET}"
+        mapped = f"-ffile-prefix-map={toolchain.path(tmp)}={PREFIX_MAP_TARGET}"
         env.update(CFLAGS=mapped, CXXFLAGS=mapped)
         raw = tmp / "raw"
-        run_step(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", str(tree), "-w", str(raw)],
-                 log, env=env)
+        toolchain.run(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", toolchain.path(tree),
+                             "-w", toolchain.path(raw)], log, env=env)
         built = sorted(raw.glob("horovod-*.whl"))
         if len(built) != 1:
             raise BuildError(f"pip wheel produced {len(built)} Horovod wheels in {raw}, expected one (log: {log})")
-        _strip_wheel(venv, built[0], tmp, log, recipe.source_date_epoch)
-        for part in (venv, raw, tmp / "src", tmp / "sdist"):
-            shutil.rmtree(part)
-        sdist.unlink()
+        _strip_wheel(toolchain, venv, built[0], tmp, log, recipe.source_date_epoch)
+        for part in (venv, raw, tmp / "src", tmp / "sdist", tmp / "wheelhouse"):
+            shutil.rmtree(part, ignore_errors=True)
+        for name in ("horovod-sdist.txt", "requirements.txt"):
+            (tmp / name).unlink()
         _finish(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -149,15 +155,16 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, log: Path) -> Path:
     return sorted(final.glob("horovod-*.whl"))[0]
 
 
-def _strip_wheel(venv: Path, wheel: Path, out_dir: Path, log: Path, epoch: int) -> None:
+def _strip_wheel(toolchain: Toolchain, venv: Path, wheel: Path, out_dir: Path, log: Path, epoch: int) -> None:
     """Repack ``wheel`` into ``out_dir`` with debug info stripped from its shared objects (57 MB to 2 MB); the
     archive's timestamps are ``epoch`` (wheel honours SOURCE_DATE_EPOCH)."""
     unpack = out_dir / "unpacked"
-    run_step([str(venv / "bin" / "wheel"), "unpack", "-d", str(unpack), str(wheel)], log)
+    wheel_cli = toolchain.path(venv / "bin" / "wheel")
+    toolchain.run([wheel_cli, "unpack", "-d", toolchain.path(unpack), toolchain.path(wheel)], log)
     (tree,) = list(unpack.iterdir())
-    objects = [str(p) for p in tree.rglob("*.so")]
+    objects = [toolchain.path(p) for p in tree.rglob("*.so")]
     if objects:
-        run_step(["strip", "--strip-debug", *objects], log)
-    run_step([str(venv / "bin" / "wheel"), "pack", "-d", str(out_dir), str(tree)], log,
-             env=dict(os.environ, SOURCE_DATE_EPOCH=str(epoch)))
+        toolchain.run(["strip", "--strip-debug", *objects], log)
+    toolchain.run([wheel_cli, "pack", "-d", toolchain.path(out_dir), toolchain.path(tree)], log,
+                  env={"SOURCE_DATE_EPOCH": str(epoch)})
     shutil.rmtree(unpack)
