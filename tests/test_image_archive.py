@@ -66,7 +66,7 @@ def test_a_legacy_docker_save_archive_and_a_non_archive_are_named(tmp_path: Path
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     (legacy / "manifest.json").write_text('[{"Config": "c.json", "RepoTags": ["x:1"], "Layers": []}]')
-    with pytest.raises(ImageError, match="legacy `docker save` archive.*skopeo copy docker-archive"):
+    with pytest.raises(ImageError, match="legacy `docker save` archive: `hvdflow image load` takes it"):
         read_archive(_tar(legacy, tmp_path / "legacy.tar"), "test/tiny")
     garbage = tmp_path / "garbage.tar"
     garbage.write_bytes(b"not a tar at all")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import shutil
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -302,3 +305,47 @@ def test_image_check_of_an_image_without_python_names_it_and_keeps_nothing_runni
         "python", "numpy", "tensorflow", "tf.keras", "horovod"}
     facts = json.loads((user_tmp / "udocker" / ".hvdflow" / "checks" / f"{image.manifest_digest[7:]}.json").read_text())
     assert facts["python"] == "none" and facts["probe_error"], facts
+
+
+def test_a_legacy_docker_save_archive_loads_under_the_digest_of_the_manifest_written_for_it(
+        hpc_user: HpcUser, tiny_repo: TinyRepo, user_tmp: Path) -> None:
+    # what `docker save` wrote before Docker 25: manifest.json, the config, the layers uncompressed (skopeo writes it)
+    image = tiny_repo.push("1.0", marker=f"legacy {tiny_repo.repository}")
+    legacy = user_tmp / "legacy.tar"
+    subprocess.run(["skopeo", "copy", "--insecure-policy", f"oci:{image.layout}:1.0",
+                    f"docker-archive:{legacy}:{tiny_repo.repository}:1.0"], check=True, capture_output=True)
+    os.chmod(legacy, 0o644)
+    catalog = tiny_repo.catalog(hpc_user, "1.0")
+    digests = []
+    for site in ("a", "b"):  # the same archive, two users' udocker: the same digest, which the lock pins
+        udocker_dir = user_tmp / f"udocker-legacy-{site}"
+        loaded = _offline(hpc_user, "load", "tiny", str(legacy), "--catalog", str(catalog), "--udocker-dir", str(udocker_dir))
+        assert loaded.returncode == 0, loaded.stderr
+        record = json.loads(loaded.stdout)
+        assert record["registry"] == f"docker-archive:{legacy}"
+        digests.append(record["digest"])
+        run = hpc_user.run(["udocker", f"--config={udocker_dir}/.hvdflow/udocker.conf", "run", "--nobanner",
+                            record["container"], "/bin/cat", "/marker"], extra_env={"UDOCKER_DIR": str(udocker_dir)})
+        assert run.returncode == 0 and run.stdout.strip() == f"legacy {tiny_repo.repository}", run.stdout + run.stderr
+        assert not list((udocker_dir / ".hvdflow").glob(".docker-archive-*")), "the converted copy was left behind"
+    assert digests[0] == digests[1] != image.manifest_digest  # the registry's manifest has compressed layers
+    assert f"sha256:{digests[0].split(':', 1)[1]}" in (catalog.parent / "images.lock.yaml").read_text()
+
+    # one byte changed in a layer: named against the config's diff_ids, nothing loaded, no copy left
+    with tarfile.open(legacy) as tar:
+        members = {m.name: tar.extractfile(m).read() if m.isfile() else None for m in tar.getmembers()}  # type: ignore[union-attr]
+        infos = {m.name: m for m in tar.getmembers()}
+    layer = json.loads(members["manifest.json"])[0]["Layers"][0]  # type: ignore[arg-type]
+    data = bytearray(members[layer])  # type: ignore[arg-type]
+    data[len(data) // 2] ^= 0xFF
+    members[layer] = bytes(data)
+    tampered = user_tmp / "tampered.tar"
+    with tarfile.open(tampered, "w") as tar:
+        for name, info in infos.items():
+            tar.addfile(info, io.BytesIO(members[name]) if members[name] is not None else None)  # type: ignore[arg-type]
+    os.chmod(tampered, 0o644)
+    udocker_dir = user_tmp / "udocker-legacy-c"
+    refused = _offline(hpc_user, "load", "tiny", str(tampered), "--catalog", str(catalog), "--udocker-dir", str(udocker_dir))
+    assert refused.returncode == 1 and f"{tampered}: layer {layer} has content of digest" in refused.stderr, refused.stderr
+    assert not (udocker_dir / "repos").exists() or not any((udocker_dir / "repos").iterdir())
+    assert not list((udocker_dir / ".hvdflow").glob(".docker-archive-*"))

@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Iterable, Tuple
 
 from hvdflow.errors import ImageError, RegistryError
 from hvdflow.images.registry import INDEX_TYPES, Manifest, fetch_blob, linux_amd64, parse_manifest
@@ -45,6 +45,23 @@ def _add(tar: tarfile.TarFile, name: str, size: int | None = None, content: Bina
     tar.addfile(info, content)
 
 
+BlobSource = Tuple[str, int, Callable[[], BinaryIO]]
+"""A blob to write: its sha256 in hex, its size, and how to open it."""
+
+
+def write_oci_tar(path: Path, index: dict[str, Any], blobs: Iterable[BlobSource]) -> None:
+    """Write an OCI image layout as a tar at ``path``: ``index.json``, ``oci-layout`` and the blobs, deterministic
+    (sorted members, numeric owners, mtime 0)."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        _add(tar, "blobs")
+        _add(tar, "blobs/sha256")
+        for hexdigest, size, opener in sorted({b[0]: b for b in blobs}.values(), key=lambda b: b[0]):
+            with opener() as handle:
+                _add(tar, f"blobs/sha256/{hexdigest}", size, handle)
+        for name, data in (("index.json", json.dumps(index, sort_keys=True).encode()), ("oci-layout", _LAYOUT)):
+            _add(tar, name, len(data), io.BytesIO(data))
+
+
 def save_archive(manifest: Manifest, ref_name: str, out: Path, credentials: Credentials | None = None) -> None:
     """Write the image of ``manifest`` as an OCI archive at ``out``, its blobs fetched from the manifest's registry
     (as ``credentials``' user when given).
@@ -63,14 +80,8 @@ def save_archive(manifest: Manifest, ref_name: str, out: Path, credentials: Cred
                                 "annotations": {REF_NAME: ref_name}}]}
         (work / manifest.digest.split(":", 1)[1]).write_bytes(manifest.raw)
         tmp = work / "archive.tar"
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-            _add(tar, "blobs")
-            _add(tar, "blobs/sha256")
-            for hexdigest in sorted({d.split(":", 1)[1] for d in (manifest.digest, *manifest.blobs)}):
-                with open(work / hexdigest, "rb") as handle:
-                    _add(tar, f"blobs/sha256/{hexdigest}", (work / hexdigest).stat().st_size, handle)
-            for name, data in (("index.json", json.dumps(index, sort_keys=True).encode()), ("oci-layout", _LAYOUT)):
-                _add(tar, name, len(data), io.BytesIO(data))
+        hexdigests = {d.split(":", 1)[1] for d in (manifest.digest, *manifest.blobs)}
+        write_oci_tar(tmp, index, [(h, (work / h).stat().st_size, lambda h=h: open(work / h, "rb")) for h in hexdigests])
         os.replace(tmp, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -131,8 +142,8 @@ def read_archive(path: Path, repository: str, wanted_ref: str | None = None) -> 
     with tar:
         members = {m.name[2:] if m.name.startswith("./") else m.name: m for m in tar.getmembers()}
         if "index.json" not in members or "oci-layout" not in members:
-            legacy = " (it is a legacy `docker save` archive: save it with Docker 25 or later, or convert it with " \
-                     "`skopeo copy docker-archive:FILE oci-archive:OUT`)" if "manifest.json" in members else ""
+            legacy = " (it is a legacy `docker save` archive: `hvdflow image load` takes it, writing its OCI manifest; " \
+                     "or save it with Docker 25 or later)" if "manifest.json" in members else ""
             raise ImageError(f"{path}: not an OCI archive, it has no index.json and oci-layout{legacy}")
 
         def blob(digest: str) -> tarfile.TarInfo:

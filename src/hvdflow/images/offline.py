@@ -3,7 +3,8 @@
 A site with no registry access (an air-gapped cluster) gets its images as files: ``hvdflow image save`` writes the
 digest the lock pins, ``hvdflow image load`` checks every blob, holds the digest against the lock, loads the image
 into the user's udocker and records it under ``.hvdflow/loaded/<digest>.json``. A profile with ``registry: none``
-then takes the image the lock pins from that record, its layers hashed again, and never opens a connection.
+then takes the image the lock pins from that record, its layers hashed again, and never opens a connection. A
+legacy ``docker save`` archive (Docker before 25) is converted to an OCI archive first (``docker_archive``).
 
 udocker 1.3.17 stores a loaded OCI image the old (v1) way: no manifest, the layers as ``layers/<hex>.layer`` and
 their order in the tag's ``ancestry``, so hvdflow keeps the manifest's bytes itself and checks both.
@@ -11,7 +12,9 @@ their order in the tag's ``ancestry``, so hvdflow keeps the manifest's bytes its
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 from hvdflow.errors import ImageError, RegistryError
@@ -19,6 +22,7 @@ from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.archive import read_archive, save_archive
 from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.docker_archive import convert_docker_archive, is_docker_archive
 from hvdflow.images.lockfile import check_against_lock, read_lock, write_lock_entry
 from hvdflow.images.pull import PULL_LOCK_TIMEOUT, stored_json, tag_dir, verify_blobs
 from hvdflow.images.registry import Manifest, parse_manifest, resolve_manifest
@@ -66,13 +70,29 @@ def _verify_loaded(udocker: Udocker, spec: ImageSpec, manifest: Manifest) -> Non
 
 
 def load_image(udocker: Udocker, spec: ImageSpec, archive: Path, lock_path: Path, update_lock: bool = False) -> Manifest:
-    """Load ``spec``'s image from the OCI archive ``archive`` into udocker, checked blob by blob and against the lock."""
+    """Load ``spec``'s image from the OCI archive ``archive`` into udocker, checked blob by blob and against the lock.
+
+    A legacy ``docker save`` archive is first written as an OCI archive beside udocker's state (a temporary copy of
+    the image; :mod:`hvdflow.images.docker_archive` says which digest it gets) and loaded from there."""
     udocker.prepare()
+    if not is_docker_archive(archive):
+        return _load_oci(udocker, spec, archive, archive, lock_path, update_lock)
+    with tempfile.TemporaryDirectory(dir=udocker.state_dir, prefix=".docker-archive-") as tmp:
+        converted = Path(tmp) / "image.tar"
+        convert_docker_archive(archive, converted, spec.tag)
+        return _load_oci(udocker, spec, converted, archive, lock_path, update_lock)
+
+
+def _load_oci(udocker: Udocker, spec: ImageSpec, archive: Path, named: Path, lock_path: Path, update_lock: bool
+              ) -> Manifest:
+    """Load the OCI archive ``archive``, which the user gave as ``named``."""
     image = read_archive(archive, spec.repository, spec.tag)
     manifest = image.manifest
+    if named != archive:
+        manifest = dataclasses.replace(manifest, registry_url=f"docker-archive:{named.resolve()}")
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"loading {spec.reference}"):
         must_write = check_against_lock(lock_path, spec.name, spec.reference, manifest.digest, update_lock,
-                                        archive=archive)
+                                        archive=named)
         if tag_dir(udocker, spec).exists():
             udocker.check("rmi", spec.reference)
         proc = udocker.call("load", "-i", str(archive), spec.repository)
