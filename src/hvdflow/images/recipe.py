@@ -66,6 +66,9 @@ class Recipe:
     env: tuple[tuple[str, str], ...]
     python_layer: tuple[str, ...]
     proot: Optional[ProotBuild]
+    python_bytecode: str = "keep"
+    """``keep`` the ``.pyc`` files Debian and pip write, or ``drop`` them: Python before 3.11 marshals them with
+    references that depend on reference counts, so they differ from build to build and the digest with them."""
 
     def requirement_lines(self) -> list[str]:
         """The pinned requirements (``name==version``, their hashes dropped), comments and blank lines removed."""
@@ -100,6 +103,7 @@ def _str_map(where: str, value: object) -> tuple[tuple[str, str], ...]:
 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+BYTECODE_CHOICES = ("keep", "drop")
 
 
 def load_proot_build(path: Path) -> ProotBuild:
@@ -154,7 +158,7 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
     data = load_mapping(path)
     where = str(path)
     check_keys(where, data, ("base", "source_date_epoch", "apt_packages", "debian_packages", "python_requirements",
-                             "env", "layers"), ("horovod", "proot"))
+                             "env", "layers"), ("horovod", "proot", "python_bytecode"))
     base = expect(f"{where}: base", data["base"], dict)
     check_keys(f"{where}: base", base, ("suite", "variant"))
     layers = expect(f"{where}: layers", data["layers"], dict)
@@ -165,6 +169,9 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
     epoch = expect(f"{where}: source_date_epoch", data["source_date_epoch"], int)
     if epoch <= 0:
         raise ConfigError(f"{where}: source_date_epoch: must be seconds since 1970 (a fixed date), got {epoch}")
+    bytecode = str(data.get("python_bytecode", "keep"))
+    if bytecode not in BYTECODE_CHOICES:
+        raise ConfigError(f"{where}: python_bytecode: {bytecode!r} is not one of {', '.join(BYTECODE_CHOICES)}")
     if ("horovod" in data) != ("proot" in data):
         raise ConfigError(f"{where}: horovod and proot go together (a training image carries udocker's proot)")
     recipe = Recipe(
@@ -179,6 +186,7 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
         env=_str_map(f"{where}: env", data["env"]),
         python_layer=_str_list(f"{where}: layers.python", layers["python"]),
         proot=load_proot_build(path.parent / str(expect(f"{where}: proot", data["proot"], str))) if "proot" in data else None,
+        python_bytecode=bytecode,
     )
     pins = {}
     for line in _logical_lines(requirements):

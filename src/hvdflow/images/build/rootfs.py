@@ -103,4 +103,7 @@ def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path]
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
             target.mkdir(mode=0o755)
+    if recipe.python_bytecode == "drop":
+        for cache in sorted((dest / "usr").rglob("__pycache__"), reverse=True):
+            shutil.rmtree(cache)
     shutil.rmtree(dest / _STAGE, ignore_errors=True)
