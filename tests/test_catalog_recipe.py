@@ -38,6 +38,7 @@ def test_shipped_catalog_and_recipes_are_consistent() -> None:
         recipe = load_recipe(spec.recipe)
         assert recipe.horovod.tensorflow == spec.tensorflow
         assert recipe.horovod.version == spec.horovod
+    assert catalog["hvdflow-cpu-oldest"].purposes == ("train",)  # no preparation libraries
     cpu = catalog["hvdflow-cpu"]
     assert (cpu.device, cpu.tested, cpu.reference) == ("cpu", True, "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11")
     assert catalog["hvdflow-gpu"].tested is False
@@ -134,6 +135,16 @@ def test_recipe_requires_exact_pins_with_their_hashes(tmp_path: Path) -> None:
     # pip-compile's layout: one hash per continuation line
     recipe = load_recipe(_recipe(tmp_path / "c", f"# comment\ntensorflow-cpu==2.15.1 \\\n   {HASH} \\\n   {HASH}\n"))
     assert recipe.requirement_lines() == ["tensorflow-cpu==2.15.1"]
+
+
+def test_python_bytecode_is_kept_unless_the_recipe_drops_it_and_another_value_is_named(tmp_path: Path) -> None:
+    assert load_recipe(_recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\n")).python_bytecode == "keep"
+    oldest = load_recipe(load_catalog(CATALOG)["hvdflow-cpu-oldest"].recipe)  # type: ignore[arg-type]
+    assert (oldest.python_bytecode, oldest.suite) == ("drop", "bullseye")
+    path = _recipe(tmp_path / "b", f"tensorflow-cpu==2.15.1{HASH}\n")
+    path.write_text(path.read_text() + "python_bytecode: strip\n")
+    with pytest.raises(ConfigError, match=r"python_bytecode: 'strip' is not one of keep, drop"):
+        load_recipe(path)
 
 
 def test_recipe_tensorflow_must_match_the_pin(tmp_path: Path) -> None:
