@@ -86,31 +86,20 @@ def _wait_ready(tmp_path: Path, ranks: int) -> None:
         time.sleep(0.05)
 
 
-def test_a_ctrl_c_before_the_ranks_catch_it_is_repeated_until_they_stop(tmp_path: Path) -> None:
-    # a Ctrl-C while the trainers still import TensorFlow reaches ranks that ignore SIGINT: it is sent again until
-    # they have their handlers and stop
+@pytest.mark.parametrize("rank_code, ready_first", [
+    # counted after the ranks started, before the worker thread reached supervise(): the count they started with decides
+    (RANK_STOPPING_ON_SIGINT, True),
+    # while the trainers still import TensorFlow, ranks ignore SIGINT: it is sent again until they catch it and stop
+    (RANK_SLOW_TO_CATCH_SIGINT, False),
+], ids=["after-the-start-before-supervise", "before-the-ranks-catch-it"])
+def test_a_ctrl_c_before_supervise_runs_reaches_the_ranks(tmp_path: Path, rank_code: str, ready_first: bool) -> None:
     before = signal.signal(signal.SIGINT, lambda *_: None)
     try:
         watch_interrupts()
-        ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_SLOW_TO_CATCH_SIGINT], tmp_path / f"rank-{r}.log", {},
-                       rank=True) for r in range(2)]
-        os.kill(os.getpid(), signal.SIGINT)
-        with pytest.raises(RunStopped):
-            supervise(ranks, timeout=60)
-        assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
-        assert all(group_members(r.proc.pid) == [] for r in ranks)
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def test_a_ctrl_c_between_the_start_of_the_ranks_and_their_supervision_is_passed_on(tmp_path: Path) -> None:
-    # the worker thread may reach supervise() after the Ctrl-C was counted: the count the ranks started with decides
-    before = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-        watch_interrupts()
-        ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_STOPPING_ON_SIGINT], tmp_path / f"rank-{r}.log", {},
-                       rank=True) for r in range(2)]
-        _wait_ready(tmp_path, 2)
+        ranks = [start(f"rank {r}", [sys.executable, "-c", rank_code], tmp_path / f"rank-{r}.log", {}, rank=True)
+                 for r in range(2)]
+        if ready_first:
+            _wait_ready(tmp_path, 2)
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)  # the handler has run in this (the main) thread
         with pytest.raises(RunStopped):
