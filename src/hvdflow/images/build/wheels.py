@@ -3,8 +3,8 @@
 Both are made for the image's interpreter by its toolchain (:mod:`hvdflow.images.build.toolchain`: the host's, or
 a build root of the image's Debian release) and cached under the hvdflow cache, keyed by their inputs: the
 wheelhouse by the pinned requirements and the interpreter, the Horovod wheel by Horovod's and TensorFlow's versions,
-the interpreter, the compiler's and Open MPI's versions and the build switches. Builds write into a temporary
-directory and are renamed into place when complete.
+the requirements its build venv holds, the interpreter, the compiler's and Open MPI's versions and the build
+switches. Builds write into a temporary directory and are renamed into place when complete.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def horovod_wheel_key(recipe: Recipe, toolchain: Toolchain) -> str:
     with_mpi = dict(horovod.build_env).get("HOROVOD_WITH_MPI") == "1"
     mpi = toolchain.package_version("libopenmpi-dev") if with_mpi else "none"
     return content_key("horovod", horovod.version, horovod.sdist_sha256, "tensorflow", horovod.tensorflow,
+                       "requirements", recipe.requirements.read_bytes(),  # the build venv: pip, setuptools, TF's headers
                        "python", toolchain.python_version, "g++", toolchain.package_version("g++"), "mpi", mpi,
                        repr(sorted(horovod.build_env)), str(recipe.source_date_epoch),
                        source_fingerprint(Path(__file__)))[:16]
