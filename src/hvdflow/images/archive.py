@@ -29,6 +29,11 @@ MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 _LAYOUT = json.dumps({"imageLayoutVersion": "1.0.0"}).encode()
 
 
+def member_name(member: tarfile.TarInfo) -> str:
+    """A tar member's name without the ``./`` that ``tar -C DIR -cf OUT .`` puts before it."""
+    return member.name[2:] if member.name.startswith("./") else member.name
+
+
 def archive_source(path: Path) -> str:
     """How a manifest loaded from the archive at ``path`` names where it came from."""
     return f"oci-archive:{path.resolve()}"
@@ -140,7 +145,7 @@ def read_archive(path: Path, repository: str, wanted_ref: str | None = None) -> 
     except (OSError, tarfile.TarError) as exc:
         raise ImageError(f"{path}: not a readable tar archive ({exc})") from None
     with tar:
-        members = {m.name[2:] if m.name.startswith("./") else m.name: m for m in tar.getmembers()}
+        members = {member_name(m): m for m in tar.getmembers()}
         if "index.json" not in members or "oci-layout" not in members:
             legacy = " (it is a legacy `docker save` archive: `hvdflow image load` takes it, writing its OCI manifest; " \
                      "or save it with Docker 25 or later)" if "manifest.json" in members else ""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 from hvdflow.errors import ImageError
-from hvdflow.images.archive import MEDIA_INDEX, REF_NAME, BlobSource, write_oci_tar
+from hvdflow.images.archive import MEDIA_INDEX, REF_NAME, BlobSource, member_name, write_oci_tar
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MEDIA_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -29,14 +29,10 @@ def is_docker_archive(path: Path) -> bool:
     """Whether ``path`` is a tar with a legacy ``docker save`` layout (``manifest.json``, no ``index.json``)."""
     try:
         with tarfile.open(path, "r:*") as tar:
-            names = {_name(m) for m in tar.getmembers()}
+            names = {member_name(m) for m in tar.getmembers()}
     except (OSError, tarfile.TarError):
         return False
     return "manifest.json" in names and "index.json" not in names
-
-
-def _name(member: tarfile.TarInfo) -> str:
-    return member.name[2:] if member.name.startswith("./") else member.name
 
 
 def _choose(entries: Any, tag: Optional[str], path: Path) -> dict[str, Any]:
@@ -69,7 +65,7 @@ def convert_docker_archive(path: Path, out: Path, tag: Optional[str]) -> str:
     except (OSError, tarfile.TarError) as exc:
         raise ImageError(f"{path}: not a readable tar archive ({exc})") from None
     with tar:
-        members = {_name(m): m for m in tar.getmembers()}
+        members = {member_name(m): m for m in tar.getmembers()}
 
         def member(name: str) -> BinaryIO:
             handle = tar.extractfile(members[name]) if name in members else None

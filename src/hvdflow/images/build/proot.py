@@ -20,7 +20,8 @@ from pathlib import Path
 
 from hvdflow.files.cache import cache_root, content_key, sha256_file, source_fingerprint
 from hvdflow.images.build.commands import BuildError, run_step
-from hvdflow.images.build.wheels import PREFIX_MAP_TARGET, debian_package_version
+from hvdflow.images.build.toolchain import debian_package_version
+from hvdflow.images.build.wheels import PREFIX_MAP_TARGET
 from hvdflow.images.recipe import ProotBuild
 
 SECCOMP_ON = "Seccomp:\t2"

@@ -69,13 +69,7 @@ class Toolchain:
 
     def package_version(self, package: str) -> str:
         """The installed version of a Debian package of the toolchain, or a BuildError saying it is missing."""
-        admin = [] if self.root is None else [f"--admindir={self.root}/var/lib/dpkg"]
-        proc = subprocess.run(["dpkg-query", *admin, "-W", "-f", "${Version}", package], capture_output=True, text=True)
-        if proc.returncode != 0 or not proc.stdout:
-            where = "the host" if self.root is None else f"the build root {self.root}"
-            raise BuildError(f"Debian package {package} is not installed on {where}; building the image needs it (the "
-                             "recipe's build_apt_packages)")
-        return proc.stdout.strip()
+        return debian_package_version(package, self.root)
 
     def pip_target(self) -> list[str]:
         """pip options that choose wheels for this interpreter and glibc, whatever interpreter runs pip."""
@@ -89,6 +83,18 @@ class Toolchain:
         for platform in [*platforms, "linux_x86_64"]:
             options += ["--platform", platform]
         return options
+
+
+def debian_package_version(package: str, root: Optional[Path] = None) -> str:
+    """The installed version of a Debian package of the host (or of the Debian root ``root``), or a BuildError
+    saying it is missing."""
+    admin = [] if root is None else [f"--admindir={root}/var/lib/dpkg"]
+    proc = subprocess.run(["dpkg-query", *admin, "-W", "-f", "${Version}", package], capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout:
+        where = "the host" if root is None else f"the build root {root}"
+        raise BuildError(f"Debian package {package} is not installed on {where}; building the image needs it (the "
+                         "recipe's build_apt_packages)")
+    return proc.stdout.strip()
 
 
 def chroot_argv(root: Path, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
@@ -25,15 +24,6 @@ from hvdflow.images.recipe import HorovodBuild, Recipe
 
 PREFIX_MAP_TARGET = "/hvdflow-build"
 """What ``-ffile-prefix-map`` turns a compile's random build directory into, so that compiled files are reproducible."""
-
-
-def debian_package_version(package: str) -> str:
-    """The installed version of a Debian package, or a BuildError saying it is missing."""
-    proc = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", package], capture_output=True, text=True)
-    if proc.returncode != 0 or not proc.stdout:
-        raise BuildError(f"Debian package {package} is not installed; building the image needs it (the recipe's "
-                         "build_apt_packages)")
-    return proc.stdout.strip()
 
 
 def _complete(directory: Path, pattern: str) -> list[Path]:
