@@ -55,6 +55,13 @@ class RunCheckpoints:
         """Where ``rank``'s files go, relative to the run's folder: rank 0's (or the only) state at the top."""
         return "rank-%d" % rank if self.barrier is not None and rank > 0 else ""
 
+    def follow(self, rank: int, size: int) -> None:
+        """This process is now ``rank`` of ``size`` (an elastic run changed them); the new rank 0 reads the manifest
+        that the old one last wrote, so that its next save keeps the run's list of checkpoints."""
+        if rank == 0 and self.rank != 0:
+            self.manifest = read_manifest(self.folder) or self.manifest
+        self.rank, self.size = rank, size
+
     def restore(self) -> Optional[Dict[str, object]]:
         """Restore the newest sound checkpoint of this run; its manifest entry, or None to start from scratch.
 

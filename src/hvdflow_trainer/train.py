@@ -30,6 +30,7 @@ from hvdflow_index import read_index, verified_shards, write_json
 from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 from hvdflow_runstate import position as describe
 
+from .elastic import elastic_fit
 from .input_plan import plan_input
 from .machine import cpu_facts, gpu_facts, numerics, nvidia_driver
 from .neighbours import TOPOLOGIES, NeighbourAveraging, average_once, communication_callback
@@ -218,11 +219,14 @@ class EpochTimer:
         return _Timer()
 
 
-def resumable_warmup(hvd, initial_lr: float, warmup_epochs: int, steps_per_epoch: int):  # type: ignore[no-untyped-def]
+def resumable_warmup(hvd, initial_lr: float, warmup_epochs: int, steps_per_epoch: int,  # type: ignore[no-untyped-def]
+                     size: int):
     """Horovod's learning-rate warm-up, told how many steps of the current epoch were done before a resume.
 
     Horovod computes the rate from the batch index, which restarts at 0 in a resumed epoch; ``offset`` (set by the
-    training loop) adds the steps already done, so every step gets the rate it would have had.
+    training loop) adds the steps already done, so every step gets the rate it would have had. The rate rises from
+    ``initial_lr / size`` to ``initial_lr`` by Horovod's formula, with ``size`` the rank count the global batch is set
+    for (Horovod's own reads ``hvd.size()``, which an elastic run changes).
     """
 
     class _Warmup(hvd.callbacks.LearningRateWarmupCallback):
@@ -231,7 +235,14 @@ def resumable_warmup(hvd, initial_lr: float, warmup_epochs: int, steps_per_epoch
         def on_batch_begin(self, batch, logs=None):  # type: ignore[no-untyped-def]
             super().on_batch_begin(batch + self.offset, logs)
 
-    return _Warmup(initial_lr=initial_lr, warmup_epochs=warmup_epochs, steps_per_epoch=steps_per_epoch, verbose=0)
+    warmup = _Warmup(initial_lr=initial_lr, warmup_epochs=warmup_epochs, steps_per_epoch=steps_per_epoch, verbose=0)
+
+    def multiplier(epoch: float) -> float:  # Horovod's, with the size fixed
+        epoch += 1. / warmup.steps_per_epoch
+        return 1. / size * (epoch * (size - 1) / warmup_epochs + 1)
+
+    warmup.multiplier = multiplier
+    return warmup
 
 
 def pick_gpu(gpus: list, local_rank: int):  # type: ignore[type-arg,no-untyped-def]
@@ -308,20 +319,32 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     multi = index["task"] == "multi-label"
     train_paths = verified_shards(args.dataset, index, "train")
     val_paths = verified_shards(args.dataset, index, "validation")
+    # the rank count the global batch and the learning rate are set for: an elastic run keeps both when it changes
+    nominal = args.elastic_ranks or hvd.size()
+    global_batch = args.batch_size * nominal
 
-    positions = label_sorted_positions(train_paths, hvd.rank(), hvd.size()) if args.shard_order == "by_label" else None
+    class Layout:
+        """What depends on the rank count: this rank's data, batch and steps (rebuilt when an elastic run resets)."""
 
-    def epoch_data(epoch: int, skip: int = 0):  # type: ignore[no-untyped-def]
-        return rank_dataset(train_paths, index, "train", hvd.rank(), hvd.size(), args.batch_size, args.seed,
-                            args.shuffle_buffer, epoch, skip, args.threads, positions)
+        def __init__(self) -> None:
+            self.rank, self.size = hvd.rank(), hvd.size()
+            if global_batch % self.size:
+                raise ValueError("the global batch %d (batch_size x ranks) does not divide among %d ranks"
+                                 % (global_batch, self.size))
+            self.batch = global_batch // self.size
+            self.positions = (label_sorted_positions(train_paths, self.rank, self.size)
+                              if args.shard_order == "by_label" else None)
+            _, self.train_per_rank, self.sharding = self.epoch_data(0)
+            self.steps_per_epoch = -(-self.train_per_rank // self.batch)
+            self.val_data, _, _ = rank_dataset(val_paths, index, "validation", self.rank, self.size, self.batch,
+                                               args.seed, 0, threads=args.threads)
 
-    _, train_per_rank, sharding = epoch_data(0)
-    steps_per_epoch = -(-train_per_rank // args.batch_size)
-    val_data, _, _ = rank_dataset(val_paths, index, "validation", hvd.rank(), hvd.size(), args.batch_size, args.seed, 0,
-                                  threads=args.threads)
+        def epoch_data(self, epoch: int, skip: int = 0):  # type: ignore[no-untyped-def]
+            return rank_dataset(train_paths, index, "train", self.rank, self.size, self.batch, args.seed,
+                                args.shuffle_buffer, epoch, skip, args.threads, self.positions)
 
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi, args.hidden_units)  # type: ignore[arg-type]
-    scaled_lr = args.learning_rate * hvd.size()
+    scaled_lr = args.learning_rate * nominal
     # Neighbour training steps on each rank's own gradient, then averages models (.neighbours); the same scaled rate
     # makes it the allreduce step on a complete graph.
     optimizer = sgd(scaled_lr, args.momentum)
@@ -347,42 +370,60 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     checkpoints = RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer,
                                  hvd.rank(), hvd.size(), barrier if neighbours is not None else None)
     resumed = checkpoints.restore()  # every rank restores the same checkpoint
-    state = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
-    history: List[Dict[str, float]] = list(state.get("history", []))  # type: ignore[arg-type]
+    saved = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
+    history: List[Dict[str, float]] = list(saved.get("history", []))  # type: ignore[arg-type]
     position = Position(int(resumed["epoch"]), int(resumed["step"])) if resumed else Position(0, 0)  # type: ignore[arg-type]
     start = (position.epoch, position.step)
     if hvd.rank() == 0:
         print("hvdflow: %s" % ("resuming from checkpoint %s at %s" % (resumed["name"], describe(resumed))
                                if resumed else "starting from scratch"), flush=True)
-
     timer = EpochTimer()
-    warmup = resumable_warmup(hvd, scaled_lr, args.warmup_epochs, steps_per_epoch)
-    first, control = run_control_callbacks(model, flag, hvd.rank(), checkpoints, position,
-                                           steps_per_epoch, args.epochs, args.checkpoint_every, history,
-                                           state.get("metric_sums"))  # type: ignore[arg-type]
-    if neighbours is None:
-        callbacks = [first, hvd.callbacks.BroadcastGlobalVariablesCallback(0), hvd.callbacks.MetricAverageCallback(),
-                     warmup, timer.callback()]
-        if model.non_trainable_weights:
-            callbacks.insert(3, average_statistics_callback())
-    else:
+
+    def fit_epochs(layout: Layout, position: Position, history: List[Dict[str, float]],
+                   carried_sums: Optional[List[List[float]]], committed) -> None:  # type: ignore[no-untyped-def]
+        """Train from ``position`` to the last epoch with ``layout``'s ranks; ``committed()`` after each epoch."""
+        warmup = resumable_warmup(hvd, scaled_lr, args.warmup_epochs, layout.steps_per_epoch, nominal)
+        first, control = run_control_callbacks(model, flag, layout.rank, checkpoints, position,
+                                               layout.steps_per_epoch, args.epochs, args.checkpoint_every, history,
+                                               carried_sums)
+        if neighbours is not None:
+            callbacks = [first, hvd.callbacks.MetricAverageCallback(), warmup, timer.callback()]
+        else:
+            # an elastic run's state is broadcast by Horovod's sync before this function runs
+            callbacks = [first] + ([] if args.elastic_ranks else [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+            callbacks += [hvd.callbacks.MetricAverageCallback()]
+            if model.non_trainable_weights:
+                callbacks.append(average_statistics_callback())
+            callbacks += [warmup, timer.callback()]
+        callbacks.append(communication_callback(model, neighbours, layout.size))
+        if args.fail_rank >= 0:
+            marker = os.path.join(args.checkpoint_dir, ".injected-failure") if args.fail_once else ""
+            callbacks.append(InjectedFailure(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how,
+                                             marker).callback(layout.rank, position))
+        callbacks.append(control)
+        # one fit per epoch: each epoch's data is its own (epoch-seeded) dataset, and a resumed epoch skips what was
+        # done
+        while position.epoch < args.epochs:
+            skip = position.step
+            warmup.offset = skip
+            model.fit(layout.epoch_data(position.epoch, skip)[0], validation_data=layout.val_data,
+                      initial_epoch=position.epoch, epochs=position.epoch + 1, callbacks=callbacks, verbose=0)
+            committed(position, history)
+
+    if neighbours is not None:
         # Horovod's broadcast runs after the first step and would undo the other ranks' own steps: the start is
         # broadcast here instead (a resumed rank keeps its own restored state)
         if not resumed:
             hvd_tf.broadcast_variables(model.variables, root_rank=0)
-        callbacks = [first, hvd.callbacks.MetricAverageCallback(), warmup, timer.callback()]
-    callbacks.append(communication_callback(model, neighbours, hvd.size()))
-    if args.fail_rank >= 0:
-        marker = os.path.join(args.checkpoint_dir, ".injected-failure") if args.fail_once else ""
-        callbacks.append(InjectedFailure(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how,
-                                         marker).callback(hvd.rank(), position))
-    callbacks.append(control)
-    # one fit per epoch: each epoch's data is its own (epoch-seeded) dataset, and a resumed epoch skips what was done
-    while position.epoch < args.epochs:
-        skip = position.step
-        warmup.offset = skip
-        model.fit(epoch_data(position.epoch, skip)[0], validation_data=val_data, initial_epoch=position.epoch,
-                  epochs=position.epoch + 1, callbacks=callbacks, verbose=0)
+    if args.elastic_ranks:
+        layout, position, history = elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, Layout, fit_epochs,
+                                                position, history, saved.get("metric_sums"), args.membership)
+    else:
+        layout = Layout()
+        fit_epochs(layout, position, history, saved.get("metric_sums"), lambda position, history: None)  # type: ignore[arg-type]
+    if position.epoch < args.epochs:  # Horovod's elastic wrapper returns quietly from errors it does not know
+        raise RuntimeError("training returned after %d of %d epochs" % (position.epoch, args.epochs))
+    train_per_rank, steps_per_epoch, sharding = layout.train_per_rank, layout.steps_per_epoch, layout.sharding
     if neighbours is not None:
         average_once(model.weights)  # one model for the run: the ranks' average, in a fixed order (no fusion)
 
@@ -393,6 +434,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
         "strategy": args.strategy, "topology": args.topology if neighbours is not None else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "cpus": sorted(os.sched_getaffinity(0)), "threads": args.threads,
+        "elastic_worker": os.environ.get("HVDFLOW_ELASTIC_WORKER"), "horovod_hostname": os.environ.get("HOROVOD_HOSTNAME"),
         "machine": {"cpu": cpu_facts(), "gpus": gpu_facts(tf, tf.config.get_visible_devices("GPU")),
                     "nvidia_driver": nvidia_driver()},
         "numerics": numerics(tf, args.deterministic_allreduce),
@@ -446,6 +488,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="TensorFlow's intra-op and tf.data's threads per rank: the cores it owns (the launcher says)")
     parser.add_argument("--checkpoint-dir", required=True, help="the run's checkpoint folder (kept across attempts)")
     parser.add_argument("--identity", required=True, help="JSON file: the run's identity (hvdflow_runstate.run_identity)")
+    parser.add_argument("--elastic-ranks", type=int, default=0,
+                        help="train under Horovod's elastic API; the rank count the global batch and rate are set for")
+    parser.add_argument("--membership", default="", help="elastic: the JSON-lines file rank 0 appends each membership to")
     parser.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints")
     parser.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept")
     parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)

@@ -91,6 +91,23 @@ def watch_interrupts() -> None:
     signal.signal(signal.SIGINT, on_interrupt)
 
 
+class InterruptRelay:
+    """When to pass Ctrl-C on to the ranks: at each new one counted by :func:`watch_interrupts` since ``seen``, then
+    again every :data:`INTERRUPT_RESEND` seconds (until the caller stops asking: its ranks have exited)."""
+
+    def __init__(self, seen: int) -> None:
+        self.seen: int = seen
+        self.sent: Optional[float] = None
+
+    def due(self) -> bool:
+        """True when SIGINT should go to the ranks now."""
+        now = time.monotonic()
+        if _Interrupts.count > self.seen or (self.sent is not None and now - self.sent > INTERRUPT_RESEND):
+            self.seen, self.sent = _Interrupts.count, now
+            return True
+        return False
+
+
 def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False,
           cores: Optional[Sequence[int]] = None) -> Supervised:
     """Start ``argv`` in a new session with its output in ``log``; a ``rank`` with :func:`ignore_stop_signals`;
@@ -119,13 +136,13 @@ def stop(processes: Sequence[Supervised]) -> None:
     """
     for p in processes:
         if group_members(p.proc.pid):
-            _signal_group(p.proc, signal.SIGTERM)
+            signal_group(p.proc, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE
     while time.monotonic() < deadline and any(_reap_and_check(p) for p in processes):
         time.sleep(0.1)
     for p in processes:
         if _reap_and_check(p):
-            _signal_group(p.proc, signal.SIGKILL)
+            signal_group(p.proc, signal.SIGKILL)
     for p in processes:
         p.proc.wait()
     # SIGKILL is delivered at once, but a killed member whose parent is gone stays in /proc until init reaps it
@@ -153,7 +170,8 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Send ``sig`` to the process group ``proc`` leads (it was started in a session of its own)."""
     try:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
@@ -218,11 +236,10 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
     :data:`INTERRUPT_RESEND` seconds until they exit: they checkpoint and stop together.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    interrupts = min((p.interrupts_before for p in processes), default=_Interrupts.count)
+    relay = InterruptRelay(min((p.interrupts_before for p in processes), default=_Interrupts.count))
     pending = list(processes)
     stopped: list[Supervised] = []
     finished: list[Supervised] = []
-    interrupt_sent: Optional[float] = None
     try:
         while pending:
             exited = [(p, p.proc.poll()) for p in pending]
@@ -239,12 +256,10 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
                     pending.remove(p)
             if follow is not None:
                 follow()
-            now = time.monotonic()
-            if _Interrupts.count > interrupts or (interrupt_sent is not None and now - interrupt_sent > INTERRUPT_RESEND):
-                interrupts, interrupt_sent = _Interrupts.count, now
+            if relay.due():
                 for p in pending:
                     if p.rank:
-                        _signal_group(p.proc, signal.SIGINT)
+                        signal_group(p.proc, signal.SIGINT)
             if pending and deadline is not None and time.monotonic() > deadline:
                 names = ", ".join(p.label for p in pending)
                 what = "after the others stopped on a signal" if stopped else f"after {timeout:.0f} s"

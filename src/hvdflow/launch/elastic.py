@@ -1,0 +1,284 @@
+"""Elastic Horovod ranks without ssh: Horovod's driver runs in the image, this launcher starts and watches the workers.
+
+The host has no Horovod (hvdflow's host side is Snakemake, udocker and PyYAML; ``pip install horovod`` compiles), so
+the driver, Horovod's own ``ElasticDriver`` and elastic rendezvous server, runs from the image like the ranks
+(``python -m hvdflow_trainer.elastic_driver``, same Horovod as the workers). It reaches this launcher through files in
+``<logs>/elastic/`` (the protocol is in that module's docstring): this side writes which hosts may run workers
+(``hosts.json``, from a :class:`Workers` source: the machine's slots, or the Slurm job's healthy nodes), starts a
+worker for each request (a local process, or a job step on its node) and reports each exit.
+
+What happens, in one line of the rule's log each: a worker started or gone (its exit status, host, log), the hosts
+that may run workers changed, and each new membership (rank 0 of it writes ``membership.jsonl``: epoch, step, ranks,
+hosts). The run ends when the driver does; it succeeded only if the driver says the last workers all exited 0 *and*
+every final rank wrote its result after the last epoch (Horovod's elastic wrapper swallows errors that are not its
+own, so a worker can exit 0 early: that is named as a failure). A stop signal (Ctrl-C here, or Slurm's warning that
+reaches the workers) makes the ranks checkpoint and exit with STOPPED_EXIT together; no worker is started after that.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Protocol, Sequence
+
+from hvdflow.errors import LaunchError, RunStopped
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch.runtime import Runtime
+from hvdflow.launch.supervise import (
+    InterruptRelay,
+    ProgressFollower,
+    Supervised,
+    log_tail,
+    note,
+    signal_group,
+    start,
+    stop,
+)
+from hvdflow_runstate import STOPPED_EXIT
+
+HOSTS_EVERY = 1.0
+"""Seconds between two reads of the worker source's hosts (Horovod's driver polls the file every second)."""
+MEMBERSHIP = "membership.jsonl"
+EVENTS = "events.jsonl"
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    """An experiment's ``elastic`` section and the profile's ``elastic_cooldown`` / ``elastic_timeout``."""
+
+    min_ranks: int
+    max_ranks: int
+    cooldown: int = 60
+    timeout: int = 600
+
+    def driver_args(self, ranks: int) -> list[str]:
+        """The driver's options for a run that starts with ``ranks``."""
+        return ["--ranks", str(ranks), "--min-ranks", str(self.min_ranks), "--max-ranks", str(self.max_ranks),
+                "--cooldown", str(self.cooldown), "--timeout", str(self.timeout)]
+
+
+class Workers(Protocol):
+    """Where workers may run and how one is started: on this machine, or as a Slurm job step on its node."""
+
+    def hosts(self) -> dict[str, int]:
+        """``{host: slots}`` that may run workers now."""
+
+    def start(self, worker: int, slot: Mapping[str, object], argv: Sequence[str], env: Mapping[str, str],
+              log: Path) -> Supervised:
+        """Start ``argv`` as one worker for Horovod's ``slot`` (hostname, ranks) with ``env``; its output in ``log``."""
+
+
+@dataclass
+class _Channel:
+    """This side of the driver's files."""
+
+    folder: Path
+    read_to: int = 0
+    partial: bytes = b""
+
+    def reset(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for name in ("hosts.json", "requests.jsonl", "exits.jsonl", "result.json"):
+            (self.folder / name).unlink(missing_ok=True)
+
+    def write_hosts(self, hosts: Mapping[str, int]) -> None:
+        write_json_atomic(self.folder / "hosts.json", dict(hosts))
+
+    def requests(self) -> list[dict[str, object]]:
+        """The driver's requests written since the last call."""
+        path = self.folder / "requests.jsonl"
+        if not path.exists():
+            return []
+        with open(path, "rb") as handle:
+            handle.seek(self.read_to)
+            data = handle.read()
+        self.read_to += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def exited(self, worker: int, code: int) -> None:
+        with open(self.folder / "exits.jsonl", "a") as handle:
+            handle.write(json.dumps({"id": worker, "code": code, "unix": int(time.time())}) + "\n")
+
+
+@dataclass
+class _Worker:
+    process: Supervised
+    slot: Mapping[str, object]
+
+    @property
+    def where(self) -> str:
+        return f"worker {self.process.label} (rank {self.slot['rank']} of {self.slot['size']} on {self.slot['hostname']})"
+
+
+@dataclass
+class ElasticRun:
+    """The state of one elastic launch: the workers, the events and what the rule's log has been told."""
+
+    logs: Path
+    progress: Optional[Path]
+    events: list[dict[str, object]] = field(default_factory=list)
+    membership_read: int = 0
+
+    def event(self, kind: str, line: str, **facts: object) -> None:
+        """Record one event (``events.jsonl``) and say it in the rule's log."""
+        record = {"unix": time.time(), "event": kind, **facts}
+        self.events.append(record)
+        with open(self.logs / EVENTS, "a") as handle:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        note(self.progress, f"hvdflow: elastic: {line}")
+
+    def new_memberships(self) -> list[dict[str, object]]:
+        """The memberships rank 0 wrote since the last call."""
+        path = self.logs / MEMBERSHIP
+        if not path.exists():
+            return []
+        lines = path.read_text().splitlines()
+        new, self.membership_read = lines[self.membership_read:], len(lines)
+        return [json.loads(line) for line in new]
+
+
+def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, paths: Sequence[Path],
+                   ranks: int, settings: ElasticSettings, address: str, iface: str, timeout: Optional[float],
+                   progress: Optional[Path] = None) -> list[dict[str, object]]:
+    """Run ``command`` as an elastic Horovod job starting with ``ranks`` workers; the events, in order.
+
+    ``command`` gets ``--membership <logs>/membership.jsonl``; ``address`` and ``iface`` are where the workers reach
+    the driver. Raises RunStopped when the ranks stopped on a signal after a checkpoint, LaunchError when the driver
+    gives up (fewer than ``min_ranks`` left for its timeout, a worker failing at once everywhere) or a worker exited 0
+    early; every worker and the driver are stopped whatever happens.
+    """
+    logs.mkdir(parents=True, exist_ok=True)
+    for stale in (MEMBERSHIP, EVENTS):
+        (logs / stale).unlink(missing_ok=True)
+    channel = _Channel(logs / "elastic")
+    channel.reset()
+    run = ElasticRun(logs, progress)
+    hosts = workers.hosts()
+    channel.write_hosts(hosts)
+    run.event("hosts", f"hosts {describe_hosts(hosts)}", hosts=hosts)
+    binds = [logs, *paths]
+    driver = start("elastic driver", runtime.command(
+        ["python3", "-m", "hvdflow_trainer.elastic_driver", "--channel", str(channel.folder), "--address", address,
+         "--iface", iface, *settings.driver_args(ranks)], {}, binds), logs / "elastic-driver.log", runtime.process_env())
+    argv = [*command, "--membership", str(logs / MEMBERSHIP)]
+    running: dict[int, _Worker] = {}
+    follower: Optional[ProgressFollower] = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    relay = InterruptRelay(driver.interrupts_before)
+    stopping = False
+    hosts_read = time.monotonic()
+    try:
+        while True:
+            for request in channel.requests():
+                if "start" in request:
+                    worker, slot = int(request["start"]), request["slot"]  # type: ignore[call-overload]
+                    if stopping:  # the run is stopping on a signal: no new worker
+                        channel.exited(worker, STOPPED_EXIT)
+                        continue
+                    env = {**request["env"], "HVDFLOW_ELASTIC_WORKER": str(worker)}  # type: ignore[dict-item]
+                    process = workers.start(worker, slot, argv, env, logs / f"worker-{worker}.log")  # type: ignore[arg-type]
+                    running[worker] = _Worker(process, slot)  # type: ignore[arg-type]
+                    run.event("start", f"started {running[worker].where}", worker=worker, slot=slot)
+                elif int(request["stop"]) in running:  # type: ignore[call-overload]
+                    gone = running[int(request["stop"])]  # type: ignore[call-overload]
+                    stop([gone.process])
+            for worker, w in list(running.items()):
+                code = w.process.proc.poll()
+                if code is None:
+                    continue
+                del running[worker]
+                channel.exited(worker, code)
+                run.event("exit", f"{w.where} exited with status {code}" + ("" if code in (0, STOPPED_EXIT) else
+                                                                              f"; log {w.process.log}"),
+                          worker=worker, code=code, host=w.slot["hostname"])
+                # the ranks agreed to stop after the same step: the others are saving or exiting too
+                stopping = stopping or code == STOPPED_EXIT
+                if code == 0:
+                    check_worker_result(w, paths[0])
+            for membership in run.new_memberships():
+                run.event("membership", f"{membership['ranks']} ranks on {', '.join(sorted(set(membership['hosts'])))}"  # type: ignore[call-overload]
+                          f" from epoch {membership['epoch']} step {membership['step']}", **membership)
+                leader = logs / f"worker-{membership['worker']}.log"
+                follower = ProgressFollower(leader, progress) if leader.exists() else follower
+            if follower is not None:
+                follower()
+            if driver.proc.poll() is not None and not running:
+                break
+            now = time.monotonic()
+            if now - hosts_read >= HOSTS_EVERY:
+                hosts_read, fresh = now, workers.hosts()
+                if fresh != hosts:
+                    hosts = fresh
+                    channel.write_hosts(hosts)
+                    run.event("hosts", f"hosts now {describe_hosts(hosts)}", hosts=hosts)
+            if relay.due():
+                stopping = True
+                for w in running.values():
+                    signal_group(w.process.proc, signal.SIGINT)
+            if deadline is not None and now > deadline:
+                raise LaunchError(f"the elastic run was still going after {timeout:.0f} s; stopped. Logs: {logs}")
+            time.sleep(0.2)
+    finally:
+        stop([w.process for w in running.values()] + [driver])
+    return finish(run, channel, driver)
+
+
+def check_worker_result(worker: _Worker, out_dir: Path) -> None:
+    """A worker that exited 0 must have written its rank's result after the last epoch; LaunchError otherwise."""
+    label = worker.process.label
+    for path in out_dir.glob("rank-*.json"):
+        result = json.loads(path.read_text())
+        if str(result.get("elastic_worker")) == label:
+            return
+    raise LaunchError(f"{worker.where} exited 0 without finishing the training (no rank result names it): "
+                      f"Horovod's elastic wrapper returns quietly from errors that are not its own. "
+                      f"Log: {worker.process.log}\n{log_tail(worker.process.log)}")
+
+
+def finish(run: ElasticRun, channel: _Channel, driver: Supervised) -> list[dict[str, object]]:
+    """The run's events if the driver says the last workers succeeded; RunStopped or LaunchError otherwise."""
+    exits = [e for e in run.events if e["event"] == "exit"]
+    if any(e["code"] == STOPPED_EXIT for e in exits):
+        raise RunStopped(f"the elastic run's ranks stopped on a signal after a checkpoint (exit status {STOPPED_EXIT}); "
+                         f"starting the job again resumes the run. Logs: {run.logs}")
+    result_file = channel.folder / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() else None
+    if result is None or not result["ok"]:
+        failed = [e for e in exits if e["code"] != 0]
+        last = (f"; the last failure: worker {failed[-1]['worker']} on {failed[-1]['host']} exited with status "
+                f"{failed[-1]['code']} (log {run.logs / ('worker-%s.log' % failed[-1]['worker'])})" if failed else "")
+        why = result["error"] if result and result["error"] else "a worker of the last membership failed"
+        raise LaunchError(f"the elastic run failed: {why}{last}. Driver log: {driver.log}\n{log_tail(driver.log)}")
+    return run.events
+
+
+def describe_hosts(hosts: Mapping[str, int]) -> str:
+    """``n1 (2 slots), n2 (1 slot)``; ``none`` for none."""
+    return ", ".join(f"{h} ({s} slot{'s' if s != 1 else ''})" for h, s in sorted(hosts.items())) or "none"
+
+
+@dataclass
+class LocalWorkers:
+    """Workers on this machine: ``slots`` one-slot hosts named ``<name>-<i>`` (so that Horovod, which blacklists a
+    whole host after a failure, drops only the failed worker's slot and can take it back after the cooldown)."""
+
+    runtime: Runtime
+    name: str
+    slots: int
+    cores: Sequence[Optional[Sequence[int]]]
+    extra_env: Mapping[str, str]
+    binds: Sequence[Path]
+
+    def hosts(self) -> dict[str, int]:
+        return {f"{self.name}-{i}": 1 for i in range(self.slots)}
+
+    def start(self, worker: int, slot: Mapping[str, object], argv: Sequence[str], env: Mapping[str, str],
+              log: Path) -> Supervised:
+        index = int(str(slot["hostname"]).rsplit("-", 1)[1])
+        command = self.runtime.command(argv, {**env, **self.extra_env}, self.binds)
+        return start(str(worker), command, log, self.runtime.process_env(), rank=True, cores=self.cores[index])
+

@@ -1,0 +1,71 @@
+"""Training under Horovod's elastic API: ranks may leave or join at run time, state rolls back to the last epoch's end.
+
+The state Horovod keeps in memory and broadcasts from rank 0 after every change is the model and the optimizer (its
+slots and iteration count, built without a training step by :class:`~hvdflow_trainer.checkpoints.RunCheckpoints`),
+the position (epochs done, steps into the next: non-zero only when resuming a checkpoint saved mid-epoch), the history
+and a half-done epoch's metric sums. It is committed only at an epoch's end, so a failure mid-epoch rolls every rank
+back to the same, deterministic point; a host that joins is taken in at the next commit. After each change the data
+shards, the per-rank batch (the global batch divided by the new count), the steps per epoch and the callbacks are
+built again (``make_layout``), and rank 0 appends the membership (epoch, step, ranks, hosts) to ``membership``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import Callable, Dict, List, Optional
+
+from .run_control import Position
+
+
+def append_membership(path: str, record: Dict[str, object]) -> None:
+    """One JSON line appended to the membership file (rank 0 only)."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callable, fit_epochs: Callable,  # type: ignore[no-untyped-def]
+                position: Position, history: List[Dict[str, float]],
+                metric_sums: Optional[List[List[float]]], membership: str):
+    """Train to the last epoch under ``hvd.elastic.run``; ``(layout, position, history)`` of the last membership.
+
+    ``fit_epochs(layout, position, history, carried_sums, committed)`` trains and calls ``committed(position,
+    history)`` after every epoch. If Horovod's wrapper swallows an error that is not its own, this returns with the
+    position short of the last epoch: the caller checks.
+    """
+    state = hvd.elastic.KerasState(model, optimizer, epoch=position.epoch, step=position.step,
+                                   history=list(history), metric_sums=metric_sums)
+    last: Dict[str, object] = {}
+
+    @hvd.elastic.run
+    def run(state) -> None:  # type: ignore[no-untyped-def]
+        layout = make_layout()
+        checkpoints.follow(layout.rank, layout.size)
+        hosts = hvd_tf.allgather_object(os.environ.get("HOROVOD_HOSTNAME", socket.gethostname()),
+                                        name="hvdflow_membership")
+        current, done = Position(state.epoch, state.step), list(state.history)
+        last.update(layout=layout, position=current, history=done)
+        if layout.rank == 0:
+            append_membership(membership, {"epoch": current.epoch, "step": current.step, "ranks": layout.size,
+                                           "hosts": list(hosts), "unix": time.time(),
+                                           "worker": os.environ.get("HVDFLOW_ELASTIC_WORKER")})
+            print("hvdflow: elastic: %d ranks on %s from epoch %d step %d"
+                  % (layout.size, ", ".join(sorted(set(hosts))), current.epoch, current.step), flush=True)
+        carried = state.metric_sums if current.step else None
+        if carried is not None and len(carried) != layout.size:
+            raise RuntimeError("the checkpoint at epoch %d step %d was saved by %d ranks and %d run now: a checkpoint "
+                               "saved mid-epoch resumes only with the same rank count"
+                               % (current.epoch, current.step, len(carried), layout.size))
+
+        def committed(position: Position, history: List[Dict[str, float]]) -> None:
+            state.epoch, state.step, state.history, state.metric_sums = position.epoch, 0, list(history), None
+            state.commit()
+
+        fit_epochs(layout, current, done, carried, committed)
+
+    run(state)
+    if not last:
+        raise RuntimeError("elastic training returned before its first epoch began")
+    return last["layout"], last["position"], last["history"]
