@@ -6,7 +6,8 @@ the position (epochs done, steps into the next: non-zero only when resuming a ch
 and a half-done epoch's metric sums. It is committed only at an epoch's end, so a failure mid-epoch rolls every rank
 back to the same, deterministic point; a host that joins is taken in at the next commit. After each change the data
 shards, the per-rank batch (the global batch divided by the new count), the steps per epoch and the callbacks are
-built again (``make_layout``), and rank 0 appends the membership (epoch, step, ranks, hosts) to ``membership``.
+built again (``make_layout``). Rank 0 appends to ``membership`` (JSON lines) each membership (epoch, step, ranks,
+hosts, its worker) and each epoch's end (ranks, samples, seconds), which the launcher turns into the run's timeline.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callabl
         current, done = Position(state.epoch, state.step), list(state.history)
         last.update(layout=layout, position=current, history=done)
         if layout.rank == 0:
-            append_membership(membership, {"epoch": current.epoch, "step": current.step, "ranks": layout.size,
-                                           "hosts": list(hosts), "unix": time.time(),
+            append_membership(membership, {"kind": "membership", "epoch": current.epoch, "step": current.step,
+                                           "ranks": layout.size, "hosts": list(hosts), "unix": time.time(),
                                            "worker": os.environ.get("HVDFLOW_ELASTIC_WORKER")})
             print("hvdflow: elastic: %d ranks on %s from epoch %d step %d"
                   % (layout.size, ", ".join(sorted(set(hosts))), current.epoch, current.step), flush=True)
@@ -59,9 +60,17 @@ def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callabl
                                "saved mid-epoch resumes only with the same rank count"
                                % (current.epoch, current.step, len(carried), layout.size))
 
+        began = [time.time()]
+
         def committed(position: Position, history: List[Dict[str, float]]) -> None:
+            now = time.time()
+            if layout.rank == 0:  # the epoch's samples and wall time: the throughput of this membership
+                append_membership(membership, {"kind": "epoch", "epoch": position.epoch, "ranks": layout.size,
+                                               "samples": layout.train_per_rank * layout.size,
+                                               "seconds": round(now - began[0], 4), "unix": now})
             state.epoch, state.step, state.history, state.metric_sums = position.epoch, 0, list(history), None
             state.commit()
+            began[0] = time.time()
 
         fit_epochs(layout, current, done, carried, committed)
 

@@ -13,6 +13,7 @@ from hvdflow.images.catalog import load_catalog  # noqa: E402
 from hvdflow.config.benchmark import ALLREDUCE, MODELS, benchmark_spec  # noqa: E402
 from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
+from hvdflow.pipeline.stages import elastic_settings  # noqa: E402
 from hvdflow.config.keyorder import key_sorted  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
@@ -71,7 +72,7 @@ for _name, _experiment in config["experiments"].items():
         raise WorkflowError(str(exc)) from None
     # the keys that depend on each other: strategy, topology, ranks
     try:
-        TrainSpec.from_config(_experiment)
+        elastic_settings(TrainSpec.from_config(_experiment), PROFILE)
     except HvdflowError as exc:
         raise WorkflowError(f"experiments.{_name}: {exc}") from None
 for _section, _purpose in (("experiments", "train"), ("datasets", "prepare")):

@@ -39,6 +39,8 @@ class TrainSpec:
     strategy: str = "allreduce"
     topology: Optional[str] = None
     shard_order: str = "shuffled"
+    elastic: Optional[Mapping[str, int]] = None
+    """``{min_ranks, max_ranks}``: Horovod's elastic mode (ranks may leave and join at run time); None: a fixed count."""
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -61,6 +63,38 @@ class TrainSpec:
                 raise LaunchError(f"topology {self.graph} needs a power-of-two number of ranks, got ranks "
                                   f"{self.ranks} (ring takes any number)")
 
+        if self.elastic is not None:
+            self._check_elastic()
+
+    def _check_elastic(self) -> None:
+        low, high = self.min_ranks, self.max_ranks
+        if not 1 <= low <= self.ranks <= high:
+            raise LaunchError(f"elastic needs 1 <= min_ranks <= ranks <= max_ranks, got min_ranks {low}, ranks "
+                              f"{self.ranks}, max_ranks {high}")
+        if self.strategy != "allreduce":
+            raise LaunchError(f"elastic runs use strategy allreduce (the neighbour graph is fixed to its rank count), "
+                              f"got strategy {self.strategy}")
+        uneven = [n for n in range(low, high + 1) if self.global_batch % n]
+        if uneven:
+            raise LaunchError(f"elastic keeps the global batch (batch_size x ranks = {self.global_batch}) whatever the "
+                              f"rank count, so it must divide among every count from min_ranks to max_ranks; it does "
+                              f"not among {', '.join(map(str, uneven))}")
+
+    @property
+    def min_ranks(self) -> int:
+        """The fewest ranks an elastic run goes on with (``ranks`` for a fixed run)."""
+        return int(self.elastic["min_ranks"]) if self.elastic else self.ranks
+
+    @property
+    def max_ranks(self) -> int:
+        """The most ranks an elastic run grows to (default ``ranks``)."""
+        return int(self.elastic.get("max_ranks", self.ranks)) if self.elastic else self.ranks
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per step over all ranks: ``batch_size`` per rank at ``ranks`` ranks."""
+        return self.batch_size * self.ranks
+
     @property
     def graph(self) -> str:
         """The neighbour topology in effect (ring unless one is given)."""
@@ -79,4 +113,5 @@ class TrainSpec:
                 "--shuffle-buffer", str(self.shuffle_buffer), "--checkpoint-every", str(self.checkpoint_every),
                 "--keep-checkpoints", str(self.keep_checkpoints), "--strategy", self.strategy,
                 "--topology", self.graph, "--shard-order", self.shard_order] + (
-                    ["--deterministic-allreduce"] if self.deterministic_allreduce else [])
+                    ["--deterministic-allreduce"] if self.deterministic_allreduce else []) + (
+                    ["--elastic-ranks", str(self.ranks)] if self.elastic else [])

@@ -27,10 +27,12 @@ _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
 _REQUIRED = ("registry", "runtime", "launcher")
 _OPTIONAL = ("execmode", "proot", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm",
-             "step_timeout_minutes", "cpu_bind")
+             "step_timeout_minutes", "cpu_bind", "elastic_cooldown_seconds", "elastic_timeout_seconds")
 _SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
 _SLURM_OPTIONAL = ("srun_extra", "signal_grace_seconds")
 DEFAULT_SIGNAL_GRACE = 120
+DEFAULT_ELASTIC_COOLDOWN = 60
+DEFAULT_ELASTIC_TIMEOUT = 600
 LOCAL_CPU_BINDS = ("cores", "none")
 _SRUN_CPU_BIND = re.compile(r"^((verbose|quiet),)?(none|cores|threads|sockets|ldoms|rank|rank_ldom|boards|"
                             r"(map|mask)_(cpu|ldom):[0-9a-fA-Fx*,]+)$")
@@ -72,6 +74,10 @@ class ClusterProfile:
     the job's time limit is the limit)."""
     cpu_bind: str = "cores"
     """How ranks are bound to cores: ``cores`` or ``none`` on one machine; srun's ``--cpu-bind`` value under Slurm."""
+    elastic_cooldown: int = DEFAULT_ELASTIC_COOLDOWN
+    """Seconds a host on which an elastic run's worker failed stays out before it may run workers again."""
+    elastic_timeout: int = DEFAULT_ELASTIC_TIMEOUT
+    """Seconds an elastic run waits for at least ``min_ranks`` slots (at the start and after a failure)."""
 
 
 def _expand(where: str, value: Any) -> str:
@@ -122,7 +128,19 @@ def load_profile(path: Path) -> ClusterProfile:
         slurm=_slurm(f"{where}: slurm", data["slurm"], interface, cpu_bind) if scheduler == "slurm" else None,
         step_timeout=_minutes(f"{where}: step_timeout_minutes", data.get("step_timeout_minutes")),
         cpu_bind=cpu_bind,
+        # Horovod's driver takes cooldowns of 1 s to 1 h
+        elastic_cooldown=_seconds(f"{where}: elastic_cooldown_seconds",
+                                  data.get("elastic_cooldown_seconds", DEFAULT_ELASTIC_COOLDOWN), 1, 3600),
+        elastic_timeout=_seconds(f"{where}: elastic_timeout_seconds",
+                                 data.get("elastic_timeout_seconds", DEFAULT_ELASTIC_TIMEOUT), 1, 86400),
     )
+
+
+def _seconds(where: str, value: Any, low: int, high: int) -> int:
+    seconds = expect(where, value, int)
+    if isinstance(seconds, bool) or not low <= seconds <= high:
+        raise ConfigError(f"{where}: must be {low} to {high} seconds, got {value!r}")
+    return int(seconds)
 
 
 def _cpu_bind(where: str, value: str, scheduler: str) -> str:
@@ -170,6 +188,9 @@ def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
     }
     if recorded["execmode"] is not None:
         settings["execmode"] = recorded["execmode"]
+    for key in ("elastic_cooldown", "elastic_timeout"):  # records made before elastic runs have neither
+        if key in recorded:
+            settings[f"{key}_seconds"] = recorded[key]
     if recorded["step_timeout"] is not None:
         settings["step_timeout_minutes"] = float(recorded["step_timeout"]) / 60
     slurm = recorded["slurm"]

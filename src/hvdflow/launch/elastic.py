@@ -123,16 +123,17 @@ class ElasticRun:
     events: list[dict[str, object]] = field(default_factory=list)
     membership_read: int = 0
 
-    def event(self, kind: str, line: str, **facts: object) -> None:
-        """Record one event (``events.jsonl``) and say it in the rule's log."""
+    def event(self, kind: str, line: Optional[str], **facts: object) -> None:
+        """Record one event (``events.jsonl``) and say ``line`` in the rule's log."""
         record = {"unix": time.time(), "event": kind, **facts}
         self.events.append(record)
         with open(self.logs / EVENTS, "a") as handle:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
-        note(self.progress, f"hvdflow: elastic: {line}")
+        if line is not None:
+            note(self.progress, f"hvdflow: elastic: {line}")
 
     def new_memberships(self) -> list[dict[str, object]]:
-        """The memberships rank 0 wrote since the last call."""
+        """The memberships and epoch ends rank 0 wrote since the last call."""
         path = self.logs / MEMBERSHIP
         if not path.exists():
             return []
@@ -141,12 +142,13 @@ class ElasticRun:
         return [json.loads(line) for line in new]
 
 
-def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, paths: Sequence[Path],
-                   ranks: int, settings: ElasticSettings, address: str, iface: str, timeout: Optional[float],
-                   progress: Optional[Path] = None) -> list[dict[str, object]]:
+def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, out_dir: Path,
+                   paths: Sequence[Path], ranks: int, settings: ElasticSettings, address: str, iface: str,
+                   timeout: Optional[float], progress: Optional[Path] = None) -> list[dict[str, object]]:
     """Run ``command`` as an elastic Horovod job starting with ``ranks`` workers; the events, in order.
 
-    ``command`` gets ``--membership <logs>/membership.jsonl``; ``address`` and ``iface`` are where the workers reach
+    ``command`` gets ``--membership <logs>/membership.jsonl``; its ranks write their results into ``out_dir``;
+    ``paths`` are bound into the driver's container; ``address`` and ``iface`` are where the workers reach
     the driver. Raises RunStopped when the ranks stopped on a signal after a checkpoint, LaunchError when the driver
     gives up (fewer than ``min_ranks`` left for its timeout, a worker failing at once everywhere) or a worker exited 0
     early; every worker and the driver are stopped whatever happens.
@@ -198,11 +200,14 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                 # the ranks agreed to stop after the same step: the others are saving or exiting too
                 stopping = stopping or code == STOPPED_EXIT
                 if code == 0:
-                    check_worker_result(w, paths[0])
-            for membership in run.new_memberships():
-                run.event("membership", f"{membership['ranks']} ranks on {', '.join(sorted(set(membership['hosts'])))}"  # type: ignore[call-overload]
-                          f" from epoch {membership['epoch']} step {membership['step']}", **membership)
-                leader = logs / f"worker-{membership['worker']}.log"
+                    check_worker_result(w, out_dir)
+            for record in run.new_memberships():
+                if record.pop("kind") == "epoch":
+                    run.event("epoch", None, **record)
+                    continue
+                run.event("membership", f"{record['ranks']} ranks on {', '.join(sorted(set(record['hosts'])))}"  # type: ignore[call-overload]
+                          f" from epoch {record['epoch']} step {record['step']}", **record)
+                leader = logs / f"worker-{record['worker']}.log"
                 follower = ProgressFollower(leader, progress) if leader.exists() else follower
             if follower is not None:
                 follower()
@@ -282,3 +287,33 @@ class LocalWorkers:
         command = self.runtime.command(argv, {**env, **self.extra_env}, self.binds)
         return start(str(worker), command, log, self.runtime.process_env(), rank=True, cores=self.cores[index])
 
+
+
+def timeline(events: Sequence[Mapping[str, object]]) -> dict[str, list[dict[str, object]]]:
+    """The run record's ``elastic`` section from a launch's events (``events.jsonl``): each membership (seconds since
+    the start, epoch and step it began at, ranks, hosts, and why it changed: the worker exits and host changes since
+    the one before) and each epoch's end (ranks, samples, seconds)."""
+    memberships: list[dict[str, object]] = []
+    epochs: list[dict[str, object]] = []
+    start = float(events[0]["unix"]) if events else 0.0  # type: ignore[arg-type]
+    why: list[str] = []
+    for e in events:
+        at = round(float(e["unix"]) - start, 3)  # type: ignore[arg-type]
+        if e["event"] == "membership":
+            memberships.append({"seconds": at, "epoch": e["epoch"], "step": e["step"], "ranks": e["ranks"],
+                                "hosts": sorted(set(e["hosts"])), "reason": "; ".join(why) or "start"})  # type: ignore[call-overload]
+            why = []
+        elif e["event"] == "epoch":
+            epochs.append({"seconds": at, "epoch": e["epoch"], "ranks": e["ranks"], "samples": e["samples"],
+                           "epoch_seconds": e["seconds"]})
+        elif e["event"] == "exit" and e["code"] != 0:
+            why.append(f"worker {e['worker']} on {e['host']} exited with status {e['code']}")
+        elif e["event"] == "hosts" and memberships:
+            why.append(f"hosts now {describe_hosts(e['hosts'])}")  # type: ignore[arg-type]
+    return {"memberships": memberships, "epochs": epochs}
+
+
+def read_events(logs: Path) -> list[dict[str, object]]:
+    """The events of the last elastic launch whose logs are in ``logs``."""
+    path = logs / EVENTS
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

@@ -29,6 +29,7 @@ from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.udocker_tools import engine_binary
+from hvdflow.launch.elastic import read_events, timeline
 from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
 from hvdflow_index import content_sha256
@@ -186,6 +187,8 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "dataset_index_content_sha256": content_sha256(dataset_index),
         "outputs_sha256": _files_sha256(outputs),
         "history": epoch_metrics(out_dir / "history.csv"),
+        "elastic": ({"min_ranks": spec["elastic"]["min_ranks"], "max_ranks": spec["elastic"].get("max_ranks", spec["ranks"]),
+                     **timeline(read_events(logs_dir))} if spec.get("elastic") else None),
         "command": sys.argv,
     }
     return record

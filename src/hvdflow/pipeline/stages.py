@@ -18,12 +18,13 @@ from typing import Any, Mapping, Optional
 
 from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
-from hvdflow.config.profile import SlurmCluster
+from hvdflow.config.profile import ClusterProfile, SlurmCluster
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
+from hvdflow.launch.elastic import ElasticSettings, LocalWorkers, launch_elastic
 from hvdflow.launch.job import TrainingJob
-from hvdflow.launch.local import launch_gloo_local, launch_mpi_local
+from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
 from hvdflow.launch.rank_env import placements
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
@@ -86,7 +87,7 @@ def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, lo
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
           identity: Mapping[str, object], iface: str = "lo", fail: Optional[str] = None,
           slurm: Optional[SlurmCluster] = None, timeout: Optional[float] = None, progress: Optional[Path] = None,
-          cpu_bind: str = "cores") -> list[dict[str, object]]:
+          cpu_bind: str = "cores", elastic: Optional[ElasticSettings] = None) -> list[dict[str, object]]:
     """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
 
     Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``, checkpoints to
@@ -99,7 +100,9 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
 
     Raises RunStopped if the ranks stopped on a signal (a checkpoint was saved), LaunchError if a rank fails, ends
     before the last epoch, or the ranks end with different weights. ``fail`` (``RANK:EPOCH[.STEP][:exit|kill|signal][:once]``)
-    makes that rank crash after that epoch or step (for tests).
+    makes that rank crash after that epoch or step (for tests). With ``elastic`` (from :func:`elastic_settings`) the
+    ranks run under Horovod's elastic driver (:mod:`hvdflow.launch.elastic`), and the results are those of the ranks
+    of the last membership.
     """
     if launcher not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -124,8 +127,13 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     begin_attempt(checkpoints, plan)
     started = time.time()
     try:
-        launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
-        results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
+        if elastic is not None:
+            launch_elastic_local(runtime, job, cpus, elastic, iface, timeout, progress)
+            final = json.loads((out_dir / "rank-0.json").read_text())["size"] if (out_dir / "rank-0.json").exists() else 1
+            results = collect_rank_results(out_dir, int(final), spec.epochs)
+        else:
+            launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
+            results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
     except BaseException as exc:
         for name in ("model.keras", "metrics.json"):
             (out_dir / name).unlink(missing_ok=True)
@@ -158,6 +166,37 @@ def launch_ranks(runtime: Runtime, launcher: str, job: TrainingJob, cpus: CpuPla
         launch_gloo_local(runtime, ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, iface, progress)
     else:
         launch_mpi_local(runtime, job.ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, progress=progress)
+
+
+ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
+"""Test hook: how many one-rank slots this machine offers an elastic run (default: the experiment's ``ranks``), to
+start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would."""
+
+
+def elastic_settings(spec: TrainSpec, profile: ClusterProfile) -> Optional[ElasticSettings]:
+    """The elastic run's settings (the experiment's bounds, the profile's cooldown and timeout); None for a fixed
+    run. LaunchError where the profile cannot run it: the MPI launcher, or Slurm (not built yet)."""
+    if spec.elastic is None:
+        return None
+    if profile.launcher != "gloo":
+        raise LaunchError(f"elastic runs need the Gloo launcher (Horovod's elastic mode has no MPI controller); the "
+                          f"profile {profile.path} has launcher {profile.launcher}")
+    if profile.slurm is not None:
+        raise LaunchError(f"elastic runs under Slurm are not built yet (the profile {profile.path} is a Slurm "
+                          "profile); they run on one machine (a profile with scheduler none)")
+    return ElasticSettings(spec.min_ranks, spec.max_ranks, profile.elastic_cooldown, profile.elastic_timeout)
+
+
+def launch_elastic_local(runtime: Runtime, job: TrainingJob, cpus: CpuPlan, elastic: ElasticSettings, iface: str,
+                         timeout: Optional[float], progress: Optional[Path]) -> None:
+    """An elastic run on this machine: one one-rank slot per rank (each with its cores), Horovod's driver in the
+    runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
+    slots = int(os.environ.get(ELASTIC_SLOTS, job.ranks))
+    with ranks_tmpdir(job.logs_dir) as tmp_env:
+        workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i % job.ranks) for i in range(slots)],
+                               tmp_env, [job.logs_dir, *job.paths()])
+        launch_elastic(runtime, workers, job.argv(), job.logs_dir, job.out_dir, job.paths(),
+                       max(elastic.min_ranks, min(job.ranks, slots)), elastic, "127.0.0.1", iface, timeout, progress)
 
 
 def failure_args(fail: Optional[str]) -> list[str]:

@@ -26,7 +26,15 @@ from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
-from hvdflow.pipeline.stages import CHECKPOINTS, evaluate, gather_dataset, list_dataset, prepare_chunk, train
+from hvdflow.pipeline.stages import (
+    CHECKPOINTS,
+    elastic_settings,
+    evaluate,
+    gather_dataset,
+    list_dataset,
+    prepare_chunk,
+    train,
+)
 from hvdflow.slurm.requeue import requeue_or_explain
 
 
@@ -120,11 +128,13 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         out_dir, logs_dir = record_out.parent.resolve(), log.resolve().with_suffix("")
         digest = str(json.loads(image_record.read_text())["digest"])
         try:
+            train_spec = TrainSpec.from_config(spec)
             results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
-                            TrainSpec.from_config(spec), index.parent.resolve(), out_dir, logs_dir,
+                            train_spec, index.parent.resolve(), out_dir, logs_dir,
                             identity_of(spec, digest, index), iface=profile.network_interface,
                             fail=os.environ.get("HVDFLOW_INJECT_RANK_FAILURE"), slurm=profile.slurm,
-                            timeout=profile.step_timeout, progress=log.resolve(), cpu_bind=profile.cpu_bind)
+                            timeout=profile.step_timeout, progress=log.resolve(), cpu_bind=profile.cpu_bind,
+                            elastic=elastic_settings(train_spec, profile))
         except RunStopped as stopped:
             if profile.slurm is not None:
                 requeue_or_explain(stopped, log.resolve())
