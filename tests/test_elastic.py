@@ -87,15 +87,19 @@ def test_the_timeline_gives_each_membership_its_reason_and_each_epoch_its_throug
         {"unix": 100.1, "event": "start", "worker": 1, "slot": {"hostname": "a-1"}},
         {"unix": 105.0, "event": "membership", "epoch": 0, "step": 0, "ranks": 2, "hosts": ["a-1", "a-0"]},
         {"unix": 106.0, "event": "epoch", "epoch": 1, "ranks": 2, "samples": 96, "seconds": 0.5},
-        {"unix": 107.0, "event": "exit", "worker": 1, "code": -9, "host": "a-1"},
+        {"unix": 107.0, "event": "exit", "worker": 1, "code": -9, "host": "a-1", "why": "exited with status -9"},
         {"unix": 109.0, "event": "hosts", "hosts": {"a-0": 1}},
         {"unix": 140.0, "event": "membership", "epoch": 1, "step": 0, "ranks": 1, "hosts": ["a-0"]},
-        {"unix": 141.0, "event": "exit", "worker": 0, "code": 0, "host": "a-0"},
+        {"unix": 150.0, "event": "start", "worker": 2, "slot": {"hostname": "a-1"}},
+        {"unix": 158.0, "event": "membership", "epoch": 2, "step": 0, "ranks": 2, "hosts": ["a-0", "a-1"]},
+        {"unix": 160.0, "event": "exit", "worker": 0, "code": 0, "host": "a-0", "why": "exited with status 0"},
     ]
     assert timeline(events) == {
         "memberships": [
             {"seconds": 5.0, "epoch": 0, "step": 0, "ranks": 2, "hosts": ["a-0", "a-1"], "reason": "start"},
             {"seconds": 40.0, "epoch": 1, "step": 0, "ranks": 1, "hosts": ["a-0"],
-             "reason": "worker 1 on a-1 exited with status -9; hosts now a-0 (1 slot)"}],
+             "reason": "worker 1 on a-1 exited with status -9; hosts now a-0 (1 slot)"},
+            {"seconds": 58.0, "epoch": 2, "step": 0, "ranks": 2, "hosts": ["a-0", "a-1"],
+             "reason": "worker 2 started on a-1"}],
         "epochs": [{"seconds": 6.0, "epoch": 1, "ranks": 2, "samples": 96, "epoch_seconds": 0.5}],
     }

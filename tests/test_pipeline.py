@@ -524,3 +524,66 @@ def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hp
     for name in ("model.keras", "metrics.json", "run.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"
+
+
+def test_an_elastic_run_loses_a_rank_goes_on_with_the_weights_of_a_checkpoint_switch_and_takes_it_back(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    elastic = {"dataset": "digits", "image": "hvdflow-cpu", "model": "mlp", "epochs": 4, "batch_size": 32,
+               "learning_rate": 0.01, "ranks": 3, "elastic": {"min_ranks": 1}}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "lose": elastic, "switch": elastic, "back": {**elastic, "epochs": 10}})
+    profile = pipeline.root / "profiles/local/hvdflow.yaml"
+    local_profile = profile.read_text()
+    profile.write_text(local_profile + "elastic_cooldown_seconds: 3600\n")
+    # rank 1 killed 3 steps into epoch 3: the other two roll back to epoch 2's end and finish (the host stays out)
+    lost = pipeline.snakemake("results/lose/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:3.3:kill:once"})
+    assert lost.returncode == 0, lost.stderr[-5000:]
+    record = pipeline.json("results/lose/run.json")
+    first, second = record["elastic"]["memberships"]
+    assert (first["ranks"], first["epoch"], first["step"], first["reason"]) == (3, 0, 0, "start")
+    assert (second["ranks"], second["epoch"], second["step"]) == (2, 2, 0)
+    # udocker reports the rank it ran as exited 0 (killed in the container) or by SIGKILL: either is a failure
+    assert re.fullmatch(r"worker \d on \S+-\d (exited with status -9|exited 0 without finishing the training .*)",
+                        second["reason"]), second["reason"]
+    assert [e["ranks"] for e in record["elastic"]["epochs"]] == [3, 3, 2, 2]
+    assert len(record["ranks"]) == 2 and len(record["history"]) == 4
+    log = (pipeline.root / "logs/train/lose.log").read_text()
+    assert "hvdflow: elastic: 2 ranks on" in log and "from epoch 2 step 0" in log
+    assert pipeline.processes() == [] and not (pipeline.root / "logs/train/lose/tmp").exists()
+    # the reference: 3 ranks stopped at epoch 2's end (a checkpoint), resumed on a machine that offers 2 slots
+    stopped = pipeline.snakemake("results/switch/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:2.14:signal:once"})
+    assert "stopped on a signal after a checkpoint" in stopped.stdout + stopped.stderr
+    assert not (pipeline.root / "results/switch/run.json").exists() and pipeline.processes() == []
+    switched = pipeline.snakemake("results/switch/run.json", extra_env={"HVDFLOW_ELASTIC_SLOTS": "2"})
+    assert switched.returncode == 0, switched.stderr[-5000:]
+    reference = pipeline.json("results/switch/run.json")
+    assert [(m["ranks"], m["epoch"]) for m in reference["elastic"]["memberships"]] == [(2, 2)]
+    assert record["weights_sha256"] == reference["weights_sha256"]  # bit-identical to the checkpoint switch
+    assert record["history"] == reference["history"]
+    # with a 1 s cooldown the failed slot comes back and the run grows again at an epoch's end: 3 -> 2 -> 3
+    profile.write_text(local_profile + "elastic_cooldown_seconds: 1\n")
+    back = pipeline.snakemake("results/back/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2.3:kill:once"})
+    assert back.returncode == 0, back.stderr[-5000:]
+    memberships = pipeline.json("results/back/run.json")["elastic"]["memberships"]
+    assert [m["ranks"] for m in memberships] == [3, 2, 3], memberships
+    assert memberships[2]["step"] == 0 and memberships[2]["epoch"] > memberships[1]["epoch"]
+    assert re.fullmatch(r"worker 3 started on \S+-\d", memberships[2]["reason"]), memberships[2]["reason"]
+    assert len(pipeline.json("results/back/run.json")["ranks"]) == 3
+    assert pipeline.processes() == []
+
+
+def test_an_elastic_worker_that_exits_0_before_the_last_epoch_is_a_failure_named(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"early": {
+        "dataset": "digits", "image": "hvdflow-cpu", "model": "mlp", "epochs": 3, "batch_size": 32,
+        "learning_rate": 0.01, "ranks": 2, "elastic": {"min_ranks": 1}}})
+    profile = pipeline.root / "profiles/local/hvdflow.yaml"
+    profile.write_text(profile.read_text() + "elastic_cooldown_seconds: 3600\n")
+    proc = pipeline.snakemake("results/early/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2:exit0"})
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    log = (pipeline.root / "logs/train/early.log").read_text()
+    assert re.search(r"worker \d \(rank 1 of 2 on \S+\) exited 0 without finishing the training", log), log[-3000:]
+    first, second = pipeline.json("results/early/run.json")["elastic"]["memberships"]
+    assert (second["ranks"], second["epoch"]) == (1, 2)
+    assert "exited 0 without finishing the training" in second["reason"]
+    assert pipeline.processes() == []

@@ -124,12 +124,13 @@ def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: i
 class InjectedFailure:
     """Test hook: one rank fails at a given position, after a step or at an epoch's end.
 
-    ``how`` is ``exit`` (status 3), ``kill`` (SIGKILL) or ``signal`` (SIGUSR1 to itself, as Slurm's warning before a
+    ``how`` is ``exit`` (status 3), ``exit0`` (status 0, as a rank whose error an elastic wrapper swallowed),
+    ``kill`` (SIGKILL) or ``signal`` (SIGUSR1 to itself, as Slurm's warning before a
     time limit: the ranks then stop after that step and rank 0 saves). With a ``marker`` file it fails only once: the
     marker is written first, and a later attempt that finds it trains on.
     """
 
-    HOW = ("exit", "kill", "signal")
+    HOW = ("exit", "exit0", "kill", "signal")
 
     def __init__(self, rank: int, epoch: int, step: int, how: str, marker: str) -> None:
         if how not in self.HOW:
@@ -151,7 +152,7 @@ class InjectedFailure:
             return
         if self.how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
-        os._exit(3)
+        os._exit(0 if self.how == "exit0" else 3)
 
     def callback(self, my_rank: int, position):  # type: ignore[no-untyped-def]
         """A Keras callback (before the run's control callback) that fails when this rank is at the position."""

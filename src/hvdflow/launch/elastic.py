@@ -9,9 +9,10 @@ worker for each request (a local process, or a job step on its node) and reports
 
 What happens, in one line of the rule's log each: a worker started or gone (its exit status, host, log), the hosts
 that may run workers changed, and each new membership (rank 0 of it writes ``membership.jsonl``: epoch, step, ranks,
-hosts). The run ends when the driver does; it succeeded only if the driver says the last workers all exited 0 *and*
-every final rank wrote its result after the last epoch (Horovod's elastic wrapper swallows errors that are not its
-own, so a worker can exit 0 early: that is named as a failure). A stop signal (Ctrl-C here, or Slurm's warning that
+hosts). The run ends when the driver does; it succeeded only if the driver says the last workers all succeeded. A
+worker that exits 0 without its rank's result (written after the last epoch) failed: Horovod's elastic wrapper
+swallows errors that are not its own, and udocker can report a rank killed in the container as status 0. The driver
+is told :data:`EARLY_EXIT` for it, and the log names it. A stop signal (Ctrl-C here, or Slurm's warning that
 reaches the workers) makes the ranks checkpoint and exit with STOPPED_EXIT together; no worker is started after that.
 """
 
@@ -43,6 +44,8 @@ HOSTS_EVERY = 1.0
 """Seconds between two reads of the worker source's hosts (Horovod's driver polls the file every second)."""
 MEMBERSHIP = "membership.jsonl"
 EVENTS = "events.jsonl"
+EARLY_EXIT = 70
+"""The status Horovod's driver is told for a worker that exited 0 without its result (it then counts as failed)."""
 
 
 @dataclass(frozen=True)
@@ -193,14 +196,17 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                 if code is None:
                     continue
                 del running[worker]
+                if code == 0 and not finished_training(w, out_dir):
+                    # a worker killed inside udocker can exit 0, and Horovod's elastic wrapper returns quietly from
+                    # errors that are not its own: without its result this worker failed, and Horovod is told so
+                    code = EARLY_EXIT
                 channel.exited(worker, code)
-                run.event("exit", f"{w.where} exited with status {code}" + ("" if code in (0, STOPPED_EXIT) else
-                                                                              f"; log {w.process.log}"),
-                          worker=worker, code=code, host=w.slot["hostname"])
+                what = ("exited 0 without finishing the training (killed in its container, or an error Horovod's "
+                        "elastic wrapper swallowed)" if code == EARLY_EXIT else f"exited with status {code}")
+                run.event("exit", f"{w.where} {what}" + ("" if code in (0, STOPPED_EXIT) else f"; log {w.process.log}"),
+                          worker=worker, code=code, host=w.slot["hostname"], why=what)
                 # the ranks agreed to stop after the same step: the others are saving or exiting too
                 stopping = stopping or code == STOPPED_EXIT
-                if code == 0:
-                    check_worker_result(w, out_dir)
             for record in run.new_memberships():
                 if record.pop("kind") == "epoch":
                     run.event("epoch", None, **record)
@@ -232,16 +238,12 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
     return finish(run, channel, driver)
 
 
-def check_worker_result(worker: _Worker, out_dir: Path) -> None:
-    """A worker that exited 0 must have written its rank's result after the last epoch; LaunchError otherwise."""
-    label = worker.process.label
+def finished_training(worker: _Worker, out_dir: Path) -> bool:
+    """Whether a worker wrote its rank's result (after the last epoch: the trainer writes it only then)."""
     for path in out_dir.glob("rank-*.json"):
-        result = json.loads(path.read_text())
-        if str(result.get("elastic_worker")) == label:
-            return
-    raise LaunchError(f"{worker.where} exited 0 without finishing the training (no rank result names it): "
-                      f"Horovod's elastic wrapper returns quietly from errors that are not its own. "
-                      f"Log: {worker.process.log}\n{log_tail(worker.process.log)}")
+        if str(json.loads(path.read_text()).get("elastic_worker")) == worker.process.label:
+            return True
+    return False
 
 
 def finish(run: ElasticRun, channel: _Channel, driver: Supervised) -> list[dict[str, object]]:
@@ -254,8 +256,8 @@ def finish(run: ElasticRun, channel: _Channel, driver: Supervised) -> list[dict[
     result = json.loads(result_file.read_text()) if result_file.exists() else None
     if result is None or not result["ok"]:
         failed = [e for e in exits if e["code"] != 0]
-        last = (f"; the last failure: worker {failed[-1]['worker']} on {failed[-1]['host']} exited with status "
-                f"{failed[-1]['code']} (log {run.logs / ('worker-%s.log' % failed[-1]['worker'])})" if failed else "")
+        last = (f"; the last failure: worker {failed[-1]['worker']} on {failed[-1]['host']} {failed[-1]['why']} "
+                f"(log {run.logs / ('worker-%s.log' % failed[-1]['worker'])})" if failed else "")
         why = result["error"] if result and result["error"] else "a worker of the last membership failed"
         raise LaunchError(f"the elastic run failed: {why}{last}. Driver log: {driver.log}\n{log_tail(driver.log)}")
     return run.events
@@ -292,7 +294,7 @@ class LocalWorkers:
 def timeline(events: Sequence[Mapping[str, object]]) -> dict[str, list[dict[str, object]]]:
     """The run record's ``elastic`` section from a launch's events (``events.jsonl``): each membership (seconds since
     the start, epoch and step it began at, ranks, hosts, and why it changed: the worker exits and host changes since
-    the one before) and each epoch's end (ranks, samples, seconds)."""
+    the one before, and the workers started for it) and each epoch's end (ranks, samples, seconds)."""
     memberships: list[dict[str, object]] = []
     epochs: list[dict[str, object]] = []
     start = float(events[0]["unix"]) if events else 0.0  # type: ignore[arg-type]
@@ -307,9 +309,11 @@ def timeline(events: Sequence[Mapping[str, object]]) -> dict[str, list[dict[str,
             epochs.append({"seconds": at, "epoch": e["epoch"], "ranks": e["ranks"], "samples": e["samples"],
                            "epoch_seconds": e["seconds"]})
         elif e["event"] == "exit" and e["code"] != 0:
-            why.append(f"worker {e['worker']} on {e['host']} exited with status {e['code']}")
+            why.append(f"worker {e['worker']} on {e['host']} {e['why']}")
         elif e["event"] == "hosts" and memberships:
             why.append(f"hosts now {describe_hosts(e['hosts'])}")  # type: ignore[arg-type]
+        elif e["event"] == "start" and memberships:
+            why.append(f"worker {e['worker']} started on {e['slot']['hostname']}")  # type: ignore[index]
     return {"memberships": memberships, "epochs": epochs}
 
 

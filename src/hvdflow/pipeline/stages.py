@@ -99,10 +99,10 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     ``cpu_bind`` says.
 
     Raises RunStopped if the ranks stopped on a signal (a checkpoint was saved), LaunchError if a rank fails, ends
-    before the last epoch, or the ranks end with different weights. ``fail`` (``RANK:EPOCH[.STEP][:exit|kill|signal][:once]``)
-    makes that rank crash after that epoch or step (for tests). With ``elastic`` (from :func:`elastic_settings`) the
-    ranks run under Horovod's elastic driver (:mod:`hvdflow.launch.elastic`), and the results are those of the ranks
-    of the last membership.
+    before the last epoch, or the ranks end with different weights.
+    ``fail`` (``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]``) makes that rank crash after that epoch or step
+    (for tests). With ``elastic`` (from :func:`elastic_settings`) the ranks run under Horovod's elastic driver
+    (:mod:`hvdflow.launch.elastic`), and the results are those of the ranks of the last membership.
     """
     if launcher not in LAUNCHERS:
         raise LaunchError(f"unknown launcher {launcher!r}; choose one of {', '.join(LAUNCHERS)}")
@@ -200,14 +200,14 @@ def launch_elastic_local(runtime: Runtime, job: TrainingJob, cpus: CpuPlan, elas
 
 
 def failure_args(fail: Optional[str]) -> list[str]:
-    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|kill|signal][:once]`` (none for None)."""
+    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` (none for None)."""
     if not fail:
         return []
     rank, when, *how = fail.split(":")
     epoch, _, step = when.partition(".")
     modes = [h for h in how if h != "once"]
-    if len(modes) > 1 or set(modes) - {"exit", "kill", "signal"}:
-        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, kill, signal, then optionally once")
+    if len(modes) > 1 or set(modes) - {"exit", "exit0", "kill", "signal"}:
+        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, exit0, kill, signal, then optionally once")
     return (["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how", (modes or ["exit"])[0]]
             + (["--fail-once"] if "once" in how else []))
 

@@ -121,7 +121,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
 
     A run stopped on a signal (a checkpoint saved) inside a Slurm job requeues the job, which resumes it; where Slurm
     refuses, or outside Slurm, the step fails so that the rule's retries (or the next call) resume it.
-    ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|kill|signal][:once]`` makes a rank fail on purpose (for tests).
+    ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` makes a rank fail on purpose (for tests).
     """
     with logged(log):
         started = time.time()
