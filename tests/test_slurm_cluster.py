@@ -5,6 +5,8 @@ namespaces with four fake GPUs each), submitted by the ordinary user through sna
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -490,3 +492,74 @@ def test_the_benchmark_runs_each_measurement_as_a_slurm_job_on_one_and_two_nodes
     assert crossing["tcp"]["address"][0] == cluster.node_addr("n2"), crossing["tcp"]
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes() == []
+
+
+@pytest.fixture
+def three_nodes(cluster: Any) -> Iterator[Any]:
+    """The test bed with a third node for one test (elastic runs lose and regain nodes), and back to two after it."""
+    bigger = dataclasses.replace(cluster, nodes=3)
+    testbed.stop(cluster)
+    try:
+        testbed.start(bigger)
+        yield bigger
+    finally:
+        testbed.stop(bigger)
+        testbed.start(cluster)
+
+
+def _admin(layout: Any, *argv: str) -> None:
+    """An administrator's Slurm command on the test bed."""
+    subprocess.run(list(argv), env=testbed.client_env(layout), check=True, capture_output=True, text=True, timeout=60)
+
+
+def _wait_for_epoch(pipeline: Pipeline, epoch: int, running: subprocess.Popen[str]) -> None:
+    """Until rank 0 of the elastic run has logged the end of ``epoch`` (the membership file)."""
+    membership = pipeline.root / "logs/train/cluster/membership.jsonl"
+    deadline = time.monotonic() + 900
+    while not any(json.loads(line).get("kind") == "epoch" and json.loads(line)["epoch"] >= epoch
+                  for line in (membership.read_text().splitlines() if membership.exists() else [])):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-6000:]
+        time.sleep(0.2)
+
+
+def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_and_a_node_taken_down(
+        three_nodes: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
+    elastic = {"ranks": 3, "nodes": 3, "elastic": {"min_ranks": 1}, "epochs": 4}
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **elastic)
+    profile = pipeline.root / "profiles/testbed/hvdflow.yaml"
+    profile.write_text(profile.read_text() + "elastic_cooldown_seconds: 3600\n")
+    # rank 2 killed 3 steps into epoch 3: the others roll back to epoch 2's end and finish on two nodes
+    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed",
+                              extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "2:3.3:kill:once"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-8000:]
+    record = pipeline.json("results/cluster/run.json")
+    first, second = record["elastic"]["memberships"]
+    assert (first["ranks"], first["hosts"], second["ranks"], second["epoch"]) == (3, ["n1", "n2", "n3"], 2, 2)
+    lost = (set(first["hosts"]) - set(second["hosts"])).pop()
+    assert re.fullmatch(rf"worker \d on {lost} (exited with status \d+|exited 0 without finishing the training .*)",
+                        second["reason"]), second["reason"]
+    # the same failure on one machine gives the same weights: elastic exactness does not depend on the nodes
+    local = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **{**elastic, "nodes": 1})
+    local_profile = local.root / "profiles/local/hvdflow.yaml"
+    local_profile.write_text(local_profile.read_text() + "elastic_cooldown_seconds: 3600\n")
+    again = local.snakemake("results/cluster/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "2:3.3:kill:once"})
+    assert again.returncode == 0, again.stderr[-5000:]
+    assert local.json("results/cluster/run.json")["weights_sha256"] == record["weights_sha256"]
+    assert not node_scratch_leftovers(three_nodes) and pipeline.processes() == []
+    # n3 taken down by the administrator during epoch 2: the job (--no-kill) goes on without it
+    down = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **{**elastic, "epochs": 5})
+    running = down.start_snakemake("results/cluster/run.json", profile="testbed")
+    _wait_for_epoch(down, 1, running)
+    _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=down", "reason=hvdflow-elastic-test")
+    try:
+        finished = Pipeline.finish(running)
+    finally:
+        _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=resume")
+    assert finished.returncode == 0, (finished.stdout + finished.stderr)[-8000:]
+    memberships = down.json("results/cluster/run.json")["elastic"]["memberships"]
+    assert [(m["ranks"], m["hosts"]) for m in memberships] == [(3, ["n1", "n2", "n3"]), (2, ["n1", "n2"])], memberships
+    assert "n3" in memberships[1]["reason"]
+    assert len(down.json("results/cluster/run.json")["history"]) == 5
+    # the nodes still in the job are cleaned; n3's copy stays until the user's next job there sweeps it
+    assert [p.parent.parent.name for p in node_scratch_leftovers(three_nodes)] in ([], ["n3"])
+    assert down.processes() == []

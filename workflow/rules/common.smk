@@ -63,7 +63,7 @@ for _name, _experiment in config["experiments"].items():
     try:
         check_layout(
             f"experiments.{_name}",
-            _experiment["ranks"],
+            _experiment.get("elastic", {}).get("max_ranks", _experiment["ranks"]),
             _experiment["nodes"],
             PROFILE.slurm,
             PROFILE.path,
@@ -128,15 +128,18 @@ def experiment(wildcards):
 
 
 def train_tasks(wildcards):
-    """The task resources of a training job (see hvdflow.slurm.layout.job_task_resources)."""
-    entry = experiment(wildcards)
-    return job_task_resources(entry["ranks"], entry["nodes"], PROFILE.slurm)
+    """The task resources of a training job (see hvdflow.slurm.layout.job_task_resources): room for its slots
+    (max_ranks of an elastic run)."""
+    spec = TrainSpec.from_config(experiment(wildcards))
+    return job_task_resources(
+        spec.slots, spec.nodes, PROFILE.slurm, elastic=spec.elastic is not None
+    )
 
 
 def train_gres(wildcards):
     """The GPUs a training job asks for on each node (``gpu:N``), or none on a cluster without GPUs."""
-    entry = experiment(wildcards)
-    return gres(entry["ranks"], entry["nodes"], PROFILE.slurm)
+    spec = TrainSpec.from_config(experiment(wildcards))
+    return gres(spec.slots, spec.nodes, PROFILE.slurm)
 
 
 def image_needs(image):

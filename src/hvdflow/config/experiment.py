@@ -91,6 +91,12 @@ class TrainSpec:
         return int(self.elastic.get("max_ranks", self.ranks)) if self.elastic else self.ranks
 
     @property
+    def slots(self) -> int:
+        """The ranks the run is given room for: ``max_ranks`` for an elastic run (its Slurm allocation, or this
+        machine's one-rank slots), ``ranks`` otherwise."""
+        return self.max_ranks
+
+    @property
     def global_batch(self) -> int:
         """Samples per step over all ranks: ``batch_size`` per rank at ``ranks`` ranks."""
         return self.batch_size * self.ranks

@@ -148,7 +148,10 @@ class ElasticRun:
 def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, out_dir: Path,
                    paths: Sequence[Path], ranks: int, settings: ElasticSettings, address: str, iface: str,
                    timeout: Optional[float], progress: Optional[Path] = None) -> list[dict[str, object]]:
-    """Run ``command`` as an elastic Horovod job starting with ``ranks`` workers; the events, in order.
+    """Run ``command`` as an elastic Horovod job set for ``ranks`` workers; the events, in order.
+
+    It starts with ``ranks`` workers, or with every slot ``workers`` offers if fewer (Horovod's driver waits for at
+    least ``min_ranks``), and grows up to ``max_ranks`` as slots come.
 
     ``command`` gets ``--membership <logs>/membership.jsonl``; its ranks write their results into ``out_dir``;
     ``paths`` are bound into the driver's container; ``address`` and ``iface`` are where the workers reach
@@ -165,10 +168,11 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
     hosts = workers.hosts()
     channel.write_hosts(hosts)
     run.event("hosts", f"hosts {describe_hosts(hosts)}", hosts=hosts)
-    binds = [logs, *paths]
+    first = max(settings.min_ranks, min(ranks, sum(hosts.values())))
     driver = start("elastic driver", runtime.command(
         ["python3", "-m", "hvdflow_trainer.elastic_driver", "--channel", str(channel.folder), "--address", address,
-         "--iface", iface, *settings.driver_args(ranks)], {}, binds), logs / "elastic-driver.log", runtime.process_env())
+         "--iface", iface, *settings.driver_args(first)], {}, [logs, *paths]), logs / "elastic-driver.log",
+        runtime.process_env())
     argv = [*command, "--membership", str(logs / MEMBERSHIP)]
     running: dict[int, _Worker] = {}
     follower: Optional[ProgressFollower] = None
@@ -226,10 +230,11 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                     hosts = fresh
                     channel.write_hosts(hosts)
                     run.event("hosts", f"hosts now {describe_hosts(hosts)}", hosts=hosts)
-            if relay.due():
+            if relay.due():  # Ctrl-C: local ranks checkpoint and stop together (Slurm steps get scancel's signals)
                 stopping = True
                 for w in running.values():
-                    signal_group(w.process.proc, signal.SIGINT)
+                    if w.process.rank:
+                        signal_group(w.process.proc, signal.SIGINT)
             if deadline is not None and now > deadline:
                 raise LaunchError(f"the elastic run was still going after {timeout:.0f} s; stopped. Logs: {logs}")
             time.sleep(0.2)

@@ -120,20 +120,22 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     logs_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(logs_dir / "identity.json", dict(identity))
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
-    cpus = cpu_plan(spec.ranks, slurm, cpu_bind)
+    cpus = cpu_plan(spec.slots, slurm, cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
     job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
-                      spec.ranks, spec.nodes, dataset_dir, out_dir, logs_dir)
+                      spec.slots, spec.nodes, dataset_dir, out_dir, logs_dir)
     begin_attempt(checkpoints, plan)
     started = time.time()
     try:
-        if elastic is not None:
-            launch_elastic_local(runtime, job, cpus, elastic, iface, timeout, progress)
-            final = json.loads((out_dir / "rank-0.json").read_text())["size"] if (out_dir / "rank-0.json").exists() else 1
-            results = collect_rank_results(out_dir, int(final), spec.epochs)
-        else:
+        if elastic is None:
             launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
             results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
+        else:
+            if slurm is not None:
+                launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus.threads, (elastic, spec.ranks))
+            else:
+                launch_elastic_local(runtime, job, cpus, elastic, spec.ranks, iface, timeout, progress)
+            results = collect_rank_results(out_dir, final_size(out_dir), spec.epochs)
     except BaseException as exc:
         for name in ("model.keras", "metrics.json"):
             (out_dir / name).unlink(missing_ok=True)
@@ -175,28 +177,32 @@ start a run on fewer ranks than it is set for, as a Slurm job that got fewer nod
 
 def elastic_settings(spec: TrainSpec, profile: ClusterProfile) -> Optional[ElasticSettings]:
     """The elastic run's settings (the experiment's bounds, the profile's cooldown and timeout); None for a fixed
-    run. LaunchError where the profile cannot run it: the MPI launcher, or Slurm (not built yet)."""
+    run. LaunchError where the profile cannot run it: the MPI launcher."""
     if spec.elastic is None:
         return None
     if profile.launcher != "gloo":
         raise LaunchError(f"elastic runs need the Gloo launcher (Horovod's elastic mode has no MPI controller); the "
                           f"profile {profile.path} has launcher {profile.launcher}")
-    if profile.slurm is not None:
-        raise LaunchError(f"elastic runs under Slurm are not built yet (the profile {profile.path} is a Slurm "
-                          "profile); they run on one machine (a profile with scheduler none)")
     return ElasticSettings(spec.min_ranks, spec.max_ranks, profile.elastic_cooldown, profile.elastic_timeout)
 
 
-def launch_elastic_local(runtime: Runtime, job: TrainingJob, cpus: CpuPlan, elastic: ElasticSettings, iface: str,
-                         timeout: Optional[float], progress: Optional[Path]) -> None:
-    """An elastic run on this machine: one one-rank slot per rank (each with its cores), Horovod's driver in the
-    runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
-    slots = int(os.environ.get(ELASTIC_SLOTS, job.ranks))
+def launch_elastic_local(runtime: Runtime, job: TrainingJob, cpus: CpuPlan, elastic: ElasticSettings, ranks: int,
+                         iface: str, timeout: Optional[float], progress: Optional[Path]) -> None:
+    """An elastic run set for ``ranks`` on this machine: one one-rank slot per slot of the job (each with its cores),
+    Horovod's driver in the runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
+    slots = min(int(os.environ.get(ELASTIC_SLOTS, job.ranks)), job.ranks)
     with ranks_tmpdir(job.logs_dir) as tmp_env:
-        workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i % job.ranks) for i in range(slots)],
+        workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i) for i in range(slots)],
                                tmp_env, [job.logs_dir, *job.paths()])
-        launch_elastic(runtime, workers, job.argv(), job.logs_dir, job.out_dir, job.paths(),
-                       max(elastic.min_ranks, min(job.ranks, slots)), elastic, "127.0.0.1", iface, timeout, progress)
+        launch_elastic(runtime, workers, job.argv(), job.logs_dir, job.out_dir, job.paths(), ranks, elastic,
+                       "127.0.0.1", iface, timeout, progress)
+
+
+def final_size(out_dir: Path) -> int:
+    """How many ranks an elastic run ended with (rank 0's result says; 1 where there is none, so that the check of
+    the results names rank 0's missing file)."""
+    rank0 = out_dir / "rank-0.json"
+    return int(json.loads(rank0.read_text())["size"]) if rank0.exists() else 1
 
 
 def failure_args(fail: Optional[str]) -> list[str]:

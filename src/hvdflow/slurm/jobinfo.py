@@ -82,3 +82,36 @@ def start_time(job: str) -> float:
         return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         raise LaunchError(f"scontrol show job {job} gave no StartTime (got {value!r})") from None
+
+
+def job_nodes(job: str) -> list[str]:
+    """The nodes job ``job`` holds now (its ``NodeList``, expanded); LaunchError if Slurm cannot say."""
+    nodelist = show_job(job).get("NodeList", "")
+    if not nodelist or nodelist == "(null)":
+        return []
+    try:
+        return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60,
+                              check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LaunchError(f"cannot expand job {job}'s node list {nodelist}: {exc}") from None
+
+
+UNHEALTHY_STATES = ("down", "drain", "fail", "maint", "reboot", "unknown", "future", "power")
+"""Words in ``sinfo``'s node state (``%T``) that mean a node must not run new work; a trailing ``*`` (not responding)
+means the same."""
+
+
+def healthy_nodes(job: str) -> list[str]:
+    """The nodes of job ``job`` (its ``NodeList`` now: with ``--no-kill`` a failed node leaves it) that Slurm does not
+    report down, drained, failing or not responding; LaunchError if Slurm cannot say."""
+    names = job_nodes(job)
+    if not names:
+        return []
+    try:
+        states = subprocess.run(["sinfo", "--noheader", "--Node", f"--nodes={','.join(names)}", "--format=%N %T"],
+                                capture_output=True, text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LaunchError(f"cannot ask Slurm which nodes of job {job} are healthy: {exc}") from None
+    state = dict(line.split(None, 1) for line in states.splitlines() if len(line.split()) == 2)
+    return [n for n in names if n in state and not state[n].endswith("*")
+            and not any(word in state[n].lower() for word in UNHEALTHY_STATES)]

@@ -28,12 +28,14 @@ from hvdflow import code_location
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch.elastic import ElasticSettings, launch_elastic
 from hvdflow.launch.job import TrainingJob
-from hvdflow.launch.netaddr import rendezvous_address
+from hvdflow.launch.netaddr import rank_interface, rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
-from hvdflow.slurm.jobinfo import current_job
+from hvdflow.slurm.elastic import SlurmWorkers
+from hvdflow.slurm.jobinfo import current_job, job_nodes
 from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_DATASET, NO_SWEEP, read_reports
@@ -178,11 +180,13 @@ def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str
 
 
 def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, timeout: Optional[float],
-                 progress: Optional[Path] = None, cpus_per_task: int = 1) -> Path:
+                 progress: Optional[Path] = None, cpus_per_task: int = 1,
+                 elastic: Optional[tuple[ElasticSettings, int]] = None) -> Path:
     """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read.
 
     Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
-    they come.
+    they come. With ``elastic`` (the settings, and the rank count the run is set for) the ranks are the workers of
+    Horovod's elastic driver, each a job step of its own on the job's healthy nodes (:mod:`hvdflow.slurm.elastic`).
     """
     job_id = current_job()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
@@ -201,6 +205,9 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
                                                                       str(job.dataset_dir or NO_DATASET), str(staged),
                                                                       str(reports), _live_jobs(job_id)), cpus_per_task),
                   logs / "staging.log", env, timeout, logs)
+        if elastic is not None:
+            _train_elastic(runtime, cluster, job, staged, elastic, env, cpus_per_task, timeout, progress)
+            return staged
         inner = runtime.command(job.argv(staged if job.dataset_dir else None), {}, [logs, job.out_dir, staged.parent],
                                 hostenv=True)
         task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
@@ -219,7 +226,8 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
                 mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
             _train_mpi(ranks, rank_program, logs, mpi_env, timeout, progress)
     finally:
-        clean_scratch(staged.parent, nodes, logs / "cleanup.log", env)
+        # an elastic job may have lost nodes (--no-kill): the clean-up runs on those it holds now
+        clean_scratch(staged.parent, len(job_nodes(job_id)) if elastic else nodes, logs / "cleanup.log", env)
     return staged
 
 
@@ -250,6 +258,18 @@ def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], 
         _run_step("training", ranks_step, logs / "srun.log", env, timeout, logs, progress)
     finally:
         stop([server])
+
+
+def _train_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, staged: Path,
+                   elastic: tuple[ElasticSettings, int], env: dict[str, str], cpus_per_task: int,
+                   timeout: Optional[float], progress: Optional[Path]) -> None:
+    settings, ranks = elastic
+    address = rendezvous_address(cluster.network_interface)
+    binds = [job.logs_dir, job.out_dir, staged.parent]
+    workers = SlurmWorkers(cluster, current_job(), max_tasks_per_node(job.ranks, job.nodes), cpus_per_task, runtime,
+                           binds, env, job.logs_dir)
+    launch_elastic(runtime, workers, job.argv(staged), job.logs_dir, job.out_dir, binds, ranks, settings, address,
+                   rank_interface(cluster.network_interface, address), timeout, progress)
 
 
 def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: Optional[float],

@@ -31,7 +31,8 @@ def max_tasks_per_node(ranks: int, nodes: int) -> int:
     return -(-ranks // nodes)
 
 
-def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None) -> dict[str, int | str]:
+def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None, elastic: bool = False
+                       ) -> dict[str, int | str]:
     """The train job's Snakemake resources for the Slurm plugin's MPI-style job (its rule body starts the steps).
 
     An even layout is asked for per node (``tasks_per_node``). An uneven one asks for ``tasks`` with
@@ -40,7 +41,8 @@ def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None) -> 
     4 + 1, not 3 + 2. 0 means "not set" to the plugin. ``tasks_per_gpu=0`` stops the plugin from adding
     ``--ntasks-per-gpu`` (it would take the task count); a single rank is not an MPI job. ``slurm_extra`` also asks
     for the warning signal before the time limit (``--signal=USR1@<grace>``, to every job step, not the batch shell,
-    which is the plugin's wrapper) and keeps the job's log across requeues (``--open-mode=append``).
+    which is the plugin's wrapper) and keeps the job's log across requeues (``--open-mode=append``). An ``elastic``
+    run's job also asks for ``--no-kill``: a node that fails leaves the job instead of ending it.
     """
     per_node = even_tasks_per_node(ranks, nodes)
     even = per_node > 1
@@ -49,6 +51,8 @@ def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None) -> 
         if cluster.signal_grace_seconds:
             extra.append(f"--signal=USR1@{cluster.signal_grace_seconds}")
         extra.append("--open-mode=append")
+        if elastic:
+            extra.append("--no-kill")
     return {"tasks": 0 if even else ranks, "tasks_per_node": per_node if even else 0, "tasks_per_gpu": 0,
             "mpi": "srun" if ranks > 1 else "", "slurm_extra": " ".join(extra)}
 

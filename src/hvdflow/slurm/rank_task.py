@@ -6,7 +6,8 @@ node where a driver exists, adds Horovod's Gloo variables (rendezvous address fr
 runs the runtime's command in its own process group, forwarding TERM, USR1 and INT to it, its output in
 ``rank-<r>.log``. A rank that exits non-zero leaves ``rank-<r>.failed.json`` (host, exit code, time), so the launcher
 can tell the rank that failed first from those that failed because it did; one that stopped on a signal after a
-checkpoint (exit status 75) leaves ``rank-<r>.stopped.json`` instead.
+checkpoint (exit status 75) leaves ``rank-<r>.stopped.json`` instead. An elastic worker's task (``"elastic": true``)
+takes its placement from Horovod's driver, writes the log its launcher names, and only exits with the rank's status.
 """
 
 from __future__ import annotations
@@ -61,17 +62,24 @@ def setup_nvidia_once(udocker_dir: Path, container: str) -> str:
 
 
 def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[int, dict[str, str], list[str]]:
-    """This task's rank, the environment its command runs with, and notes for its log."""
+    """This task's rank, the environment its command runs with, and notes for its log.
+
+    An elastic worker's placement comes from Horovod's driver (``HOROVOD_*`` in ``env``, :mod:`hvdflow.launch.elastic`),
+    not from Slurm's task variables: each worker is a one-task step."""
     host = os.uname().nodename
-    gloo = task["launcher"] == "gloo"
+    gloo = task["launcher"] == "gloo" and not task.get("elastic")
     placement = slurm_placement(env) if gloo else None
-    rank = placement.rank if placement else global_rank_of(env)
-    local_rank = placement.local_rank if placement else local_rank_of(env)
+    if task.get("elastic"):
+        rank, local_rank = int(env["HOROVOD_RANK"]), int(env["HOROVOD_LOCAL_RANK"])
+    else:
+        rank = placement.rank if placement else global_rank_of(env)
+        local_rank = placement.local_rank if placement else local_rank_of(env)
     child = dict(env)
     notes = [f"rank {rank} (local rank {local_rank}) on {host}, CPUs {cpu_list(os.sched_getaffinity(0))} "
              f"(SLURM_CPUS_PER_TASK={env.get('SLURM_CPUS_PER_TASK', 'unset')}, "
              f"SLURM_CPU_BIND={env.get('SLURM_CPU_BIND', 'unset')})"]
-    local_size = placement.local_size if placement else local_size_of(env)
+    local_size = (int(env["HOROVOD_LOCAL_SIZE"]) if task.get("elastic") else
+                  placement.local_size if placement else local_size_of(env))
     if local_size > task["max_ranks_per_node"]:
         raise LaunchError(f"rank {rank}: Slurm placed {local_size} ranks on {host}, the job's plan allows at most "
                           f"{task['max_ranks_per_node']} per node (ceil(ranks / nodes)); check the job's --ntasks-per-node")
@@ -86,6 +94,11 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
         iface = rank_interface(task["network_interface"], rendezvous["addr"])
         child.update(horovod_gloo_env(placement, rendezvous["addr"], int(rendezvous["port"]), iface))
         notes.append(f"Gloo rendezvous {rendezvous['addr']}:{rendezvous['port']} over {iface}")
+    if task.get("elastic"):
+        iface = rank_interface(task["network_interface"], env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
+        child["HOROVOD_GLOO_IFACE"] = iface
+        notes.append(f"elastic worker {env.get('HVDFLOW_ELASTIC_WORKER')}, Horovod's driver at "
+                     f"{env['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{env['HOROVOD_GLOO_RENDEZVOUS_PORT']} over {iface}")
     return rank, child, notes
 
 
@@ -124,7 +137,8 @@ def main(argv: list[str]) -> int:
         print(f"hvdflow rank task on {os.uname().nodename}: error: {exc}", file=sys.stderr)
         return 1
     logs = Path(task["logs"])
-    with open(logs / f"rank-{rank}.log", "ab") as log:  # appended: a requeued or retried job keeps every attempt's
+    log_path = Path(task["log"]) if task.get("elastic") else logs / f"rank-{rank}.log"
+    with open(log_path, "ab") as log:  # appended: a requeued or retried job keeps every attempt's
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
         log.write((f"{RANK_TASK_HEADER}{os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n" + "".join(f"# {note}\n" for note in notes)
@@ -135,6 +149,8 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
             code = 127
+    if task.get("elastic"):  # its launcher reads the status and the rank's result itself
+        return code if code >= 0 else 128 - code
     where = {"rank": rank, "host": os.uname().nodename, "unix": time.time()}
     if code == STOPPED_EXIT:
         write_json_atomic(logs / f"rank-{rank}.stopped.json", where)

@@ -1,0 +1,76 @@
+"""An elastic run's workers inside one Slurm allocation: each its own one-task job step on its node, no ssh.
+
+Where workers may run is what Slurm says of the job now: its node list (with ``--no-kill`` a node that fails leaves
+it) less the nodes ``sinfo`` reports down, drained, failing or not responding, each with the job's slots per node.
+Horovod's driver reads the hosts every second, so Slurm is asked at most every :data:`HOSTS_CACHE` seconds. A
+worker is ``srun --nodes=1 --ntasks=1 --nodelist=NODE --overlap --kill-on-bad-exit=0 [--gres=gpu:1] python -m
+hvdflow.slurm.rank_task task-<worker>.json``: its rank task forwards signals to the rank, keeps its GPU and writes
+its log; Horovod's variables come from the driver through the step's environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from hvdflow.config.profile import SlurmCluster
+from hvdflow.errors import LaunchError
+from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch.runtime import Runtime, UdockerRuntime
+from hvdflow.launch.supervise import Supervised, start
+from hvdflow.slurm.jobinfo import healthy_nodes
+
+HOSTS_CACHE = 5.0
+"""Seconds one answer of Slurm about the job's healthy nodes is used for."""
+
+
+@dataclass
+class SlurmWorkers:
+    """Workers of an elastic run on the nodes of Slurm job ``job``, ``slots_per_node`` each (one GPU each where the
+    cluster has GPUs), every one running the container command of ``runtime`` with ``binds``."""
+
+    cluster: SlurmCluster
+    job: str
+    slots_per_node: int
+    cpus_per_task: int
+    runtime: Runtime
+    binds: Sequence[Path]
+    env: Mapping[str, str]
+    logs: Path
+    _known: dict[str, int] = field(default_factory=dict)
+    _asked: Optional[float] = None
+
+    def hosts(self) -> dict[str, int]:
+        """``{node: slots}`` of the job's healthy nodes (the last answer if Slurm cannot say now)."""
+        now = time.monotonic()
+        if self._asked is None or now - self._asked >= HOSTS_CACHE:
+            try:
+                self._known = {node: self.slots_per_node for node in healthy_nodes(self.job)}
+            except LaunchError as exc:
+                if self._asked is None:
+                    raise
+                print(f"hvdflow: warning: {exc}; the nodes Slurm named last stay", file=sys.stderr)
+            self._asked = now
+        return dict(self._known)
+
+    def start(self, worker: int, slot: Mapping[str, object], argv: Sequence[str], env: Mapping[str, str],
+              log: Path) -> Supervised:
+        """Start ``argv`` as a one-task step on the slot's node; srun's own output beside ``log``."""
+        gpus = self.cluster.gpus_per_node > 0
+        task = {"argv": self.runtime.command(argv, {}, self.binds, hostenv=True), "logs": str(self.logs),
+                "log": str(log), "launcher": "gloo", "elastic": True, "network_interface": self.cluster.network_interface,
+                "max_ranks_per_node": self.slots_per_node,
+                "nvidia": ({"udocker_dir": str(self.runtime.udocker.udocker_dir), "container": self.runtime.container}
+                           if gpus and isinstance(self.runtime, UdockerRuntime) else None)}
+        task_file = self.logs / f"task-{worker}.json"
+        write_json_atomic(task_file, task)
+        srun = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={slot['hostname']}",
+                f"--cpus-per-task={self.cpus_per_task}", f"--cpu-bind={self.cluster.cpu_bind}", "--overlap",
+                "--kill-on-bad-exit=0", *(["--gres=gpu:1"] if gpus else []), *self.cluster.srun_extra,
+                sys.executable, "-m", "hvdflow.slurm.rank_task", str(task_file)]
+        process = start(str(worker), srun, log.with_suffix(".srun.log"), {**self.env, **env})
+        return dataclasses.replace(process, log=log)
