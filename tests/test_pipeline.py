@@ -570,6 +570,11 @@ def test_an_elastic_run_loses_a_rank_goes_on_with_the_weights_of_a_checkpoint_sw
     assert re.fullmatch(r"worker 3 started on \S+-\d", memberships[2]["reason"]), memberships[2]["reason"]
     assert len(pipeline.json("results/back/run.json")["ranks"]) == 3
     assert pipeline.processes() == []
+    # the report's figure: rank count over time and each epoch's throughput, two panels of 500 pixels
+    plotted = pipeline.snakemake("results/back/plots/membership.png")
+    assert plotted.returncode == 0, plotted.stderr[-3000:]
+    png = (pipeline.root / "results/back/plots/membership.png").read_bytes()
+    assert png.startswith(PNG) and int.from_bytes(png[16:20], "big") == 1000
 
 
 def test_an_elastic_worker_that_exits_0_before_the_last_epoch_is_a_failure_named(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -507,9 +508,9 @@ def three_nodes(cluster: Any) -> Iterator[Any]:
         testbed.start(cluster)
 
 
-def _admin(layout: Any, *argv: str) -> None:
+def _admin(layout: Any, *argv: str, check: bool = True) -> None:
     """An administrator's Slurm command on the test bed."""
-    subprocess.run(list(argv), env=testbed.client_env(layout), check=True, capture_output=True, text=True, timeout=60)
+    subprocess.run(list(argv), env=testbed.client_env(layout), check=check, capture_output=True, text=True, timeout=60)
 
 
 def _wait_for_epoch(pipeline: Pipeline, epoch: int, running: subprocess.Popen[str]) -> None:
@@ -522,7 +523,7 @@ def _wait_for_epoch(pipeline: Pipeline, epoch: int, running: subprocess.Popen[st
         time.sleep(0.2)
 
 
-def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_and_a_node_taken_down(
+def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drain_and_falls_back_below_min_ranks(
         three_nodes: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
     elastic = {"ranks": 3, "nodes": 3, "elastic": {"min_ranks": 1}, "epochs": 4}
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **elastic)
@@ -553,13 +554,62 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_and_a_node_taken_d
     _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=down", "reason=hvdflow-elastic-test")
     try:
         finished = Pipeline.finish(running)
-    finally:
-        _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=resume")
+    finally:  # the test bed returns a node to service when its slurmd answers (ReturnToService=2): often no-op
+        _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=resume", check=False)
     assert finished.returncode == 0, (finished.stdout + finished.stderr)[-8000:]
     memberships = down.json("results/cluster/run.json")["elastic"]["memberships"]
     assert [(m["ranks"], m["hosts"]) for m in memberships] == [(3, ["n1", "n2", "n3"]), (2, ["n1", "n2"])], memberships
     assert "n3" in memberships[1]["reason"]
     assert len(down.json("results/cluster/run.json")["history"]) == 5
     # the nodes still in the job are cleaned; n3's copy stays until the user's next job there sweeps it
-    assert [p.parent.parent.name for p in node_scratch_leftovers(three_nodes)] in ([], ["n3"])
+    left = node_scratch_leftovers(three_nodes)
+    assert [p.parent.parent.name for p in left] in ([], ["n3"]), left
     assert down.processes() == []
+    for copy in left:
+        shutil.rmtree(copy)
+    # n3 drained after epoch 1: the hosts drop it (Slurm asked every 5 s), the run goes on with 2 from the next epoch
+    # end; n3 resumed, it is taken back at a later one: 3 -> 2 -> 3 (40 short epochs leave the time for both)
+    drained = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **{**elastic, "epochs": 40})
+    running = drained.start_snakemake("results/cluster/run.json", profile="testbed")
+    _wait_for_epoch(drained, 1, running)
+    _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=drain", "reason=hvdflow-elastic-test")
+    membership = drained.root / "logs/train/cluster/membership.jsonl"
+    deadline = time.monotonic() + 300
+    while '"ranks": 2' not in (membership.read_text() if membership.exists() else ""):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-6000:]
+        time.sleep(0.2)
+    _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=resume")
+    finished = Pipeline.finish(running)
+    assert finished.returncode == 0, (finished.stdout + finished.stderr)[-8000:]
+    memberships = drained.json("results/cluster/run.json")["elastic"]["memberships"]
+    assert [m["ranks"] for m in memberships] == [3, 2, 3], memberships
+    assert "hosts now n1 (1 slot), n2 (1 slot)" in memberships[1]["reason"], memberships[1]
+    assert re.search(r"hosts now n1 \(1 slot\), n2 \(1 slot\), n3 \(1 slot\)", memberships[2]["reason"]), memberships[2]
+    assert not node_scratch_leftovers(three_nodes) and drained.processes() == []
+    # below min_ranks (n2 and n3 down, min 2): the driver gives up after elastic_timeout_seconds, the job fails, and
+    # Snakemake's retry (a new job on the nodes Slurm returned to service) resumes from the last epoch's checkpoint
+    fallback = experiment_pipeline(hpc_user, registry, udocker_dir, prepared,
+                                   **{**elastic, "epochs": 5, "elastic": {"min_ranks": 2}})
+    settings = fallback.root / "profiles/testbed/hvdflow.yaml"
+    settings.write_text(settings.read_text() + "elastic_timeout_seconds: 20\n")
+    running = fallback.start_snakemake("results/cluster/run.json", "--retries", "1", profile="testbed")
+    _wait_for_epoch(fallback, 1, running)
+    for node in ("n2", "n3"):
+        _admin(three_nodes, "scontrol", "update", f"nodename={node}", "state=down", "reason=hvdflow-elastic-test")
+    try:
+        finished = Pipeline.finish(running)
+    finally:
+        for node in ("n2", "n3"):
+            _admin(three_nodes, "scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    output = finished.stdout + finished.stderr
+    assert finished.returncode == 0, output[-8000:]
+    record = fallback.json("results/cluster/run.json")
+    first, second = record["attempts"]
+    assert first["outcome"] == "failed" and "the elastic run failed" in first["error"], first
+    assert second["outcome"] == "completed" and second["from"].startswith("epoch "), second
+    assert second["from"] != "the start"
+    assert len(record["history"]) == 5
+    for copy in node_scratch_leftovers(three_nodes):  # the nodes that left the first job keep its copy
+        assert copy.parent.parent.name in ("n2", "n3"), copy
+        shutil.rmtree(copy)
+    assert fallback.processes() == []

@@ -193,7 +193,7 @@ def get_train_inputs(wildcards):
 
 def get_final_outputs():
     """Evaluation, report figures and the run record's page of every experiment; a confusion matrix for single-label
-    data only."""
+    data only, the membership figure for elastic runs only."""
     outputs = []
     for name, entry in config["experiments"].items():
         outputs += [
@@ -204,6 +204,8 @@ def get_final_outputs():
         ]
         if task_of(config["datasets"][entry["dataset"]]) == "single-label":
             outputs.append(f"results/{name}/plots/confusion_matrix.png")
+        if "elastic" in entry:
+            outputs.append(f"results/{name}/plots/membership.png")
     return outputs
 
 

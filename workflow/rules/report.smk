@@ -14,6 +14,22 @@ rule plot_learning_curves:
         steps.learning_curves_rule(wildcards, input, output, log)
 
 
+rule plot_membership:
+    input:
+        record="results/{experiment}/run.json",
+    output:
+        plot=report(
+            "results/{experiment}/plots/membership.png",
+            caption="../report/membership.rst",
+            category="{experiment}",
+        ),
+    log:
+        "logs/plot_membership/{experiment}.log",
+    localrule: True
+    run:
+        steps.membership_rule(wildcards, input, output, log)
+
+
 rule plot_confusion_matrix:
     input:
         evaluation="results/{experiment}/evaluation.json",

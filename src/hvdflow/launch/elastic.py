@@ -73,6 +73,10 @@ class Workers(Protocol):
               log: Path) -> Supervised:
         """Start ``argv`` as one worker for Horovod's ``slot`` (hostname, ranks) with ``env``; its output in ``log``."""
 
+    def drop(self, process: Supervised) -> None:
+        """End a worker Horovod's driver gave up at once, without the stop signal (which would stop the whole run:
+        the ranks agree on a stop)."""
+
 
 @dataclass
 class _Channel:
@@ -193,8 +197,7 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                     running[worker] = _Worker(process, slot)  # type: ignore[arg-type]
                     run.event("start", f"started {running[worker].where}", worker=worker, slot=slot)
                 elif int(request["stop"]) in running:  # type: ignore[call-overload]
-                    gone = running[int(request["stop"])]  # type: ignore[call-overload]
-                    stop([gone.process])
+                    workers.drop(running[int(request["stop"])].process)  # type: ignore[call-overload]
             for worker, w in list(running.items()):
                 code = w.process.proc.poll()
                 if code is None:
@@ -221,7 +224,9 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                 follower = ProgressFollower(leader, progress) if leader.exists() else follower
             if follower is not None:
                 follower()
-            if driver.proc.poll() is not None and not running:
+            # the end: the driver is done and its workers are gone; or the ranks stopped on a signal (the driver
+            # would wait for new slots); or the driver died, and its workers would wait for it forever
+            if (not running and (stopping or driver.proc.poll() is not None)) or driver.proc.poll() not in (None, 0):
                 break
             now = time.monotonic()
             if now - hosts_read >= HOSTS_EVERY:
@@ -293,6 +298,9 @@ class LocalWorkers:
         index = int(str(slot["hostname"]).rsplit("-", 1)[1])
         command = self.runtime.command(argv, {**env, **self.extra_env}, self.binds)
         return start(str(worker), command, log, self.runtime.process_env(), rank=True, cores=self.cores[index])
+
+    def drop(self, process: Supervised) -> None:
+        signal_group(process.proc, signal.SIGKILL)
 
 
 

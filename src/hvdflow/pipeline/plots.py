@@ -1,4 +1,5 @@
-"""Report figures drawn on the host with matplotlib: learning curves, test-set confusion matrix, per-class scores."""
+"""Report figures drawn on the host with matplotlib: learning curves, an elastic run's membership, test-set confusion
+matrix, per-class scores."""
 
 from __future__ import annotations
 
@@ -58,6 +59,32 @@ def plot_learning_curves(history_csv: Path, out: Path, title: str) -> None:
     fig.suptitle(f"{title}: learning curves")
     save(fig, out)
 
+
+def plot_membership(record_json: Path, out: Path, title: str) -> None:
+    """An elastic run's rank count over time (each change marked with its epoch) and each epoch's throughput
+    (samples per second of wall time, at the epoch's end), from the run record's ``elastic`` section."""
+    record = json.loads(record_json.read_text())
+    elastic = record["elastic"]
+    memberships, epochs = elastic["memberships"], elastic["epochs"]
+    end = max([m["seconds"] for m in memberships] + [e["seconds"] for e in epochs])
+    fig, (count, rate) = plt.subplots(1, 2, figsize=(10, 4))
+    times = [m["seconds"] for m in memberships] + [end]
+    ranks = [m["ranks"] for m in memberships]
+    count.step(times, ranks + ranks[-1:], where="post", color="tab:blue")
+    for m in memberships:
+        count.annotate(f"epoch {m['epoch']}", (m["seconds"], m["ranks"]), textcoords="offset points", xytext=(3, 4),
+                       fontsize=8)
+    count.set_ylim(0, elastic["max_ranks"] + 1)
+    count.set_ylabel("ranks")
+    rate.plot([e["seconds"] for e in epochs], [e["samples"] / e["epoch_seconds"] for e in epochs], marker="o",
+              color="tab:green")
+    rate.set_ylabel("samples per second (epoch)")
+    rate.set_ylim(bottom=0)
+    for ax in (count, rate):
+        ax.set_xlabel("seconds since the launch")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{title}: elastic membership (min {elastic['min_ranks']}, max {elastic['max_ranks']} ranks)")
+    save(fig, out)
 
 def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
     """The confusion matrix with counts, and per-class precision and recall beside it."""

@@ -226,6 +226,14 @@ def learning_curves_rule(wildcards: Any, input: Any, output: Any, log: Any) -> N
         plot_learning_curves(Path(input.history), Path(output.plot), wildcards.experiment)
 
 
+def membership_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_membership."""
+    from hvdflow.pipeline.plots import plot_membership
+
+    with logged(Path(log[0])):
+        plot_membership(Path(input.record), Path(output.plot), wildcards.experiment)
+
+
 def confusion_matrix_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
     """Rule plot_confusion_matrix."""
     from hvdflow.pipeline.plots import plot_confusion_matrix

@@ -21,8 +21,9 @@ from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
-from hvdflow.launch.supervise import Supervised, start
+from hvdflow.launch.supervise import Supervised, signal_group, start
 from hvdflow.slurm.jobinfo import healthy_nodes
+from hvdflow.slurm.rank_task import DROP_SIGNAL
 
 HOSTS_CACHE = 5.0
 """Seconds one answer of Slurm about the job's healthy nodes is used for."""
@@ -74,3 +75,7 @@ class SlurmWorkers:
                 sys.executable, "-m", "hvdflow.slurm.rank_task", str(task_file)]
         process = start(str(worker), srun, log.with_suffix(".srun.log"), {**self.env, **env})
         return dataclasses.replace(process, log=log)
+
+    def drop(self, process: Supervised) -> None:
+        """srun forwards :data:`~hvdflow.slurm.rank_task.DROP_SIGNAL` to the rank task, which kills the rank."""
+        signal_group(process.proc, DROP_SIGNAL)

@@ -102,12 +102,18 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     return rank, child, notes
 
 
-def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str]) -> int:
+DROP_SIGNAL = signal.SIGHUP
+"""What an elastic worker's launcher sends (srun forwards it) when Horovod's driver gives the worker up: the rank is
+killed at once. Not SIGTERM, which the trainer takes as a request to checkpoint and stop the whole run."""
+
+
+def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str], drop: bool = False) -> int:
     """Run ``argv`` in its own process group, forwarding TERM, USR1 and INT to that whole group; its exit status.
 
     Under ``proctrack/cgroup`` Slurm signals only a task's top process (this one); the trainer inside the container
     must get the signal to checkpoint, and USR1's default action would kill this process instead. The processes
     between this one and the trainer ignore those signals (:func:`~hvdflow.launch.supervise.ignore_stop_signals`).
+    With ``drop`` (an elastic worker), :data:`DROP_SIGNAL` kills the rank's group instead.
     """
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
                             start_new_session=True, preexec_fn=ignore_stop_signals)
@@ -120,7 +126,17 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
         except ProcessLookupError:
             pass
 
+    def kill(signum: int, frame: object) -> None:
+        log.write(b"# hvdflow rank task: the elastic driver gave this worker up; killing the rank\n")
+        log.flush()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    if drop:
+        previous[DROP_SIGNAL] = signal.signal(DROP_SIGNAL, kill)
     try:
         return proc.wait()
     finally:
@@ -145,7 +161,7 @@ def main(argv: list[str]) -> int:
                    + f"$ {' '.join(task['argv'])}\n").encode())
         log.flush()
         try:
-            code = run_forwarding_signals(task["argv"], log, env)
+            code = run_forwarding_signals(task["argv"], log, env, drop=bool(task.get("elastic")))
         except OSError as exc:
             log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
             code = 127
