@@ -11,6 +11,7 @@ from hvdflow.config.profile import load_profile
 from hvdflow.errors import ConfigError, LaunchError
 from hvdflow.launch.elastic import timeline
 from hvdflow.pipeline.stages import elastic_settings
+from hvdflow.slurm.layout import job_task_resources
 
 BASE = {"ranks": 3, "model": "mlp", "hidden_units": 8, "epochs": 2, "batch_size": 32, "learning_rate": 0.01,
         "momentum": 0.9, "warmup_epochs": 1, "seed": 1}
@@ -53,20 +54,25 @@ def test_bad_bounds_are_named(change: dict[str, object], message: str) -> None:
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize(("keys", "message"), [
-    ({"launcher": "mpi"}, "elastic runs need the Gloo launcher (Horovod's elastic mode has no MPI controller); the "
-                          "profile {path} has launcher mpi"),
-    ({"scheduler": "slurm", "slurm": "{scratch_dir: /tmp, gpus_per_node: 0}"},
-     "elastic runs under Slurm are not built yet (the profile {path} is a Slurm profile)"),
-])
-def test_profiles_that_cannot_run_it_are_refused_by_name(tmp_path: Path, keys: dict[str, str], message: str) -> None:
-    path = profile(tmp_path, **keys)
-    text = path.read_text().replace("launcher: gloo\n", "") if "launcher" in keys else path.read_text()
-    path.write_text(text)
+def test_the_mpi_launcher_is_refused_by_name(tmp_path: Path) -> None:
+    path = profile(tmp_path)
+    path.write_text(path.read_text().replace("launcher: gloo", "launcher: mpi"))
     spec = TrainSpec.from_config({**BASE, "elastic": {"min_ranks": 1}})
     with pytest.raises(LaunchError) as error:
         elastic_settings(spec, load_profile(path))
-    assert message.format(path=path) in str(error.value)
+    assert (f"elastic runs need the Gloo launcher (Horovod's elastic mode has no MPI controller); the profile {path} "
+            "has launcher mpi") in str(error.value)
+
+
+def test_a_slurm_job_of_an_elastic_run_survives_a_lost_node_and_holds_max_ranks(tmp_path: Path) -> None:
+    path = profile(tmp_path, scheduler="slurm", slurm="{scratch_dir: /tmp, gpus_per_node: 0}")
+    cluster = load_profile(path).slurm
+    spec = TrainSpec.from_config({**BASE, "ranks": 2, "nodes": 2, "batch_size": 48,
+                                  "elastic": {"min_ranks": 2, "max_ranks": 4}})
+    assert spec.slots == 4
+    elastic = job_task_resources(spec.slots, spec.nodes, cluster, elastic=True)
+    assert (elastic["tasks_per_node"], elastic["slurm_extra"]) == (2, "--signal=USR1@120 --open-mode=append --no-kill")
+    assert "--no-kill" not in str(job_task_resources(2, 2, cluster)["slurm_extra"])
 
 
 @pytest.mark.parametrize(("value", "message"), [
