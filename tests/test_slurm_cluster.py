@@ -4,6 +4,7 @@ namespaces with four fake GPUs each), submitted by the ordinary user through sna
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -263,13 +264,10 @@ def _start_and_wait_for(pipeline: Pipeline, line: str, *args: str) -> tuple[subp
     return running, pipeline.json("results/cluster/checkpoints/attempts.json")[0]["slurm_job_id"]
 
 
-@pytest.fixture
-def cgroup_bed(cluster: Any) -> Iterator[Any]:
-    """The test bed switched to proctrack/cgroup (a freezer cgroup per step; a signal other than SIGKILL reaches only
-    each task's top process, as on most production clusters) for one test, and back to linuxproc after it.
-
-    The signal path under linuxproc (every process of a task signalled) is the SIGTERM test's."""
-    switched = dataclasses.replace(cluster, proctrack="cgroup")
+@contextlib.contextmanager
+def switched_bed(cluster: Any, **changes: Any) -> Iterator[Any]:
+    """The test bed restarted with ``changes`` to its layout, and restarted as it was afterwards."""
+    switched = dataclasses.replace(cluster, **changes)
     testbed.stop(cluster)
     try:
         testbed.start(switched)
@@ -277,6 +275,16 @@ def cgroup_bed(cluster: Any) -> Iterator[Any]:
     finally:
         testbed.stop(switched)
         testbed.start(cluster)
+
+
+@pytest.fixture
+def cgroup_bed(cluster: Any) -> Iterator[Any]:
+    """The test bed switched to proctrack/cgroup (a freezer cgroup per step; a signal other than SIGKILL reaches only
+    each task's top process, as on most production clusters) for one test, and back to linuxproc after it.
+
+    The signal path under linuxproc (every process of a task signalled) is the SIGTERM test's."""
+    with switched_bed(cluster, proctrack="cgroup") as switched:
+        yield switched
     assert not any(switched.freezer_dir(node).exists() for node in switched.node_names), "stop left a cgroup behind"
 
 
@@ -498,14 +506,8 @@ def test_the_benchmark_runs_each_measurement_as_a_slurm_job_on_one_and_two_nodes
 @pytest.fixture
 def three_nodes(cluster: Any) -> Iterator[Any]:
     """The test bed with a third node for one test (elastic runs lose and regain nodes), and back to two after it."""
-    bigger = dataclasses.replace(cluster, nodes=3)
-    testbed.stop(cluster)
-    try:
-        testbed.start(bigger)
+    with switched_bed(cluster, nodes=3) as bigger:
         yield bigger
-    finally:
-        testbed.stop(bigger)
-        testbed.start(cluster)
 
 
 def _admin(layout: Any, *argv: str, check: bool = True) -> None:
