@@ -570,8 +570,9 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     for copy in left:
         shutil.rmtree(copy)
     # n3 drained after epoch 1: the hosts drop it (Slurm asked every 5 s), the run goes on with 2 from the next epoch
-    # end; n3 resumed, it is taken back at a later one: 3 -> 2 -> 3 (40 short epochs leave the time for both)
-    drained = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **{**elastic, "epochs": 40})
+    # end; n3 resumed, it is taken back at a later one: 3 -> 2 -> 3 (60 short epochs leave the time for both:
+    # here the drop came 8 epochs after the drain and the return 11 after the resume)
+    drained = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **{**elastic, "epochs": 60})
     running = drained.start_snakemake("results/cluster/run.json", profile="testbed")
     _wait_for_epoch(drained, 1, running)
     _admin(three_nodes, "scontrol", "update", "nodename=n3", "state=drain", "reason=hvdflow-elastic-test")
