@@ -79,12 +79,34 @@ class Workers(Protocol):
 
 
 @dataclass
+class _NewLines:
+    """The complete JSON lines another process appended to ``path`` since the last call (a line still being written
+    waits for the next)."""
+
+    path: Path
+    read_to: int = 0
+    partial: bytes = b""
+
+    def __call__(self) -> list[dict[str, object]]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self.read_to)
+            data = handle.read()
+        self.read_to += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass
 class _Channel:
     """This side of the driver's files."""
 
     folder: Path
-    read_to: int = 0
-    partial: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.requests = _NewLines(self.folder / "requests.jsonl")
+        """The driver's requests written since the last call."""
 
     def reset(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -93,18 +115,6 @@ class _Channel:
 
     def write_hosts(self, hosts: Mapping[str, int]) -> None:
         write_json_atomic(self.folder / "hosts.json", dict(hosts))
-
-    def requests(self) -> list[dict[str, object]]:
-        """The driver's requests written since the last call."""
-        path = self.folder / "requests.jsonl"
-        if not path.exists():
-            return []
-        with open(path, "rb") as handle:
-            handle.seek(self.read_to)
-            data = handle.read()
-        self.read_to += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
 
     def exited(self, worker: int, code: int) -> None:
         with open(self.folder / "exits.jsonl", "a") as handle:
@@ -128,7 +138,10 @@ class ElasticRun:
     logs: Path
     progress: Optional[Path]
     events: list[dict[str, object]] = field(default_factory=list)
-    membership_read: int = 0
+
+    def __post_init__(self) -> None:
+        self.new_memberships = _NewLines(self.logs / MEMBERSHIP)
+        """The memberships and epoch ends rank 0 wrote since the last call."""
 
     def event(self, kind: str, line: Optional[str], **facts: object) -> None:
         """Record one event (``events.jsonl``) and say ``line`` in the rule's log."""
@@ -138,15 +151,6 @@ class ElasticRun:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
         if line is not None:
             note(self.progress, f"hvdflow: elastic: {line}")
-
-    def new_memberships(self) -> list[dict[str, object]]:
-        """The memberships and epoch ends rank 0 wrote since the last call."""
-        path = self.logs / MEMBERSHIP
-        if not path.exists():
-            return []
-        lines = path.read_text().splitlines()
-        new, self.membership_read = lines[self.membership_read:], len(lines)
-        return [json.loads(line) for line in new]
 
 
 def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, out_dir: Path,
