@@ -87,13 +87,26 @@ def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepare
     return run
 
 
+@pytest.fixture(scope="module")
+def slurm_prepared() -> list[Pipeline]:
+    """The tree of the first cluster run, whose image pull and digits preparation ran through Slurm: the second
+    launcher's run starts from it (shared set-up: the Slurm path of the preparation is tested once)."""
+    return []
+
+
 @pytest.fixture(scope="module", params=["gloo", "mpi"])
 def cluster_run(request: pytest.FixtureRequest, cluster: Any, hpc_user: HpcUser, registry: Registry,
-                udocker_dir: Path) -> tuple[str, Pipeline, subprocess.CompletedProcess[str]]:
-    """The cluster experiment, 2 nodes x 2 ranks, through Slurm with each launcher."""
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir)
+                udocker_dir: Path, slurm_prepared: list[Pipeline]) -> tuple[str, Pipeline, subprocess.CompletedProcess[str]]:
+    """The cluster experiment, 2 nodes x 2 ranks, through Slurm with each launcher; the first one prepares the
+    dataset through Slurm too."""
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, slurm_prepared[0] if slurm_prepared else None)
     proc = pipeline.snakemake("--verbose", profile="testbed", extra_env={"HVDFLOW_LAUNCHER": request.param})
     assert proc.returncode == 0, proc.stderr[-8000:]
+    if not slurm_prepared:
+        output = proc.stdout + proc.stderr
+        for rule in ("list_dataset", "prepare_chunk"):  # Slurm jobs, not local rules
+            assert f"rule {rule}:" in output and f"localrule {rule}:" not in output, output[-8000:]
+        slurm_prepared.append(pipeline)
     return request.param, pipeline, proc
 
 
