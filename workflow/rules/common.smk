@@ -10,19 +10,15 @@ sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from hvdflow.pipeline import steps  # noqa: E402
 from hvdflow.images.catalog import load_catalog  # noqa: E402
-from hvdflow.config.benchmark import ALLREDUCE, MODELS, benchmark_spec  # noqa: E402
-from hvdflow.config.datasets import check_dataset, input_paths, task_of  # noqa: E402
+from hvdflow.config.benchmark import ALLREDUCE, MODELS  # noqa: E402
+from hvdflow.config.checks import check_config, checked_benchmark  # noqa: E402
+from hvdflow.config.datasets import input_paths, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
-from hvdflow.pipeline.stages import elastic_settings  # noqa: E402
 from hvdflow.config.keyorder import key_sorted  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
 from hvdflow.launch import supervise  # noqa: E402
-from hvdflow.slurm.layout import (  # noqa: E402
-    check_layout,
-    gres,
-    job_task_resources,
-)
+from hvdflow.slurm.layout import gres, job_task_resources  # noqa: E402
 
 validate(config, "../schemas/config.schema.yaml", set_default=True)
 # the rules' params compare in order: the same settings listed in another order must not re-run a rule
@@ -42,75 +38,16 @@ if "hvdflow_profile" not in config:
         "(snakemake --profile NAME picks a cluster's; see profiles/README.md)",
         file=sys.stderr,
     )
+
+# the checks the schema cannot do (hvdflow.config.checks): datasets, experiments, images, then the benchmark
 try:
     PROFILE = load_profile(Path(config["hvdflow_profile"]))
     CATALOG = load_catalog(Path(config["catalog"]))
+    check_config(config, PROFILE, CATALOG)
+    BENCHMARK = checked_benchmark(config, PROFILE, CATALOG)
 except HvdflowError as exc:
     raise WorkflowError(str(exc)) from None
 
-for _name, _experiment in config["experiments"].items():
-    if _experiment["dataset"] not in config["datasets"]:
-        raise WorkflowError(
-            f"experiments.{_name}.dataset: {_experiment['dataset']!r} is not a key of datasets "
-            f"({', '.join(sorted(config['datasets']))})"
-        )
-for _name, _entry in config["datasets"].items():
-    try:
-        check_dataset(_name, _entry)
-    except HvdflowError as exc:
-        raise WorkflowError(str(exc)) from None
-for _name, _experiment in config["experiments"].items():
-    try:
-        check_layout(
-            f"experiments.{_name}",
-            _experiment.get("elastic", {}).get("max_ranks", _experiment["ranks"]),
-            _experiment["nodes"],
-            PROFILE.slurm,
-            PROFILE.path,
-        )
-    except HvdflowError as exc:
-        raise WorkflowError(str(exc)) from None
-    # the keys that depend on each other: strategy, topology, ranks
-    try:
-        elastic_settings(TrainSpec.from_config(_experiment), PROFILE)
-    except HvdflowError as exc:
-        raise WorkflowError(f"experiments.{_name}: {exc}") from None
-for _section, _purpose in (("experiments", "train"), ("datasets", "prepare")):
-    for _name, _entry in config[_section].items():
-        if _entry["image"] not in CATALOG:
-            raise WorkflowError(
-                f"{_section}.{_name}.image: {_entry['image']!r} is not in the catalogue {config['catalog']} "
-                f"({', '.join(sorted(CATALOG))})"
-            )
-        if _purpose not in CATALOG[_entry["image"]].purposes:
-            raise WorkflowError(
-                f"{_section}.{_name}.image: {_entry['image']!r} is not for {_purpose} "
-                f"(its purposes in {config['catalog']}: {', '.join(CATALOG[_entry['image']].purposes)})"
-            )
-
-# the benchmark (config `benchmark:`), checked before any job like the experiments: keys, layouts, image
-BENCHMARK = None
-if "benchmark" in config:
-    try:
-        BENCHMARK = benchmark_spec(config["benchmark"])
-        for _ranks, _nodes in BENCHMARK.layouts():
-            check_layout(
-                f"benchmark.ranks {_ranks} on benchmark.nodes {_nodes}",
-                _ranks,
-                _nodes,
-                PROFILE.slurm,
-                PROFILE.path,
-            )
-    except HvdflowError as exc:
-        raise WorkflowError(str(exc)) from None
-    if (
-        BENCHMARK.image not in CATALOG
-        or "train" not in CATALOG[BENCHMARK.image].purposes
-    ):
-        raise WorkflowError(
-            f"benchmark.image: {BENCHMARK.image!r} is not an image of the catalogue {config['catalog']} that trains "
-            f"({', '.join(sorted(n for n, i in CATALOG.items() if 'train' in i.purposes))})"
-        )
 BENCHMARK_KINDS = list(MODELS) + [ALLREDUCE]
 BENCHMARK_PLOTS = ["throughput", "efficiency", "runtime_ratio", "allreduce"]
 

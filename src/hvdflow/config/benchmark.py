@@ -65,7 +65,7 @@ class BenchmarkSpec:
 
     def layouts(self) -> list[tuple[int, int]]:
         """Every (ranks, nodes) the measurements use: each must fit the profile's cluster
-        (:func:`hvdflow.slurm.layout.check_layout`, which the workflow runs on them before any job)."""
+        (:func:`hvdflow.config.layout.check_layout`, which the workflow runs on them before any job)."""
         return [(ranks, nodes) for ranks in self.ranks for nodes in self.nodes if nodes <= ranks]
 
     def program_args(self, kind: str) -> list[str]:

@@ -17,6 +17,13 @@ RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
 """Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
 
 
+def max_ranks_of(ranks: int, elastic: Optional[Mapping[str, int]]) -> int:
+    """The most ranks a run of ``ranks`` grows to: its ``elastic`` section's ``max_ranks`` (default ``ranks``), or
+    ``ranks`` for a fixed run (``elastic`` None). :attr:`TrainSpec.max_ranks` and its ``slots``; read alone where an
+    entry's layout is checked before the entry as a whole."""
+    return int(elastic.get("max_ranks", ranks)) if elastic else ranks
+
+
 @dataclass(frozen=True)
 class TrainSpec:
     """What one experiment trains (config ``experiments.<name>``, less the dataset and image)."""
@@ -88,7 +95,7 @@ class TrainSpec:
     @property
     def max_ranks(self) -> int:
         """The most ranks an elastic run grows to (default ``ranks``)."""
-        return int(self.elastic.get("max_ranks", self.ranks)) if self.elastic else self.ranks
+        return max_ranks_of(self.ranks, self.elastic)
 
     @property
     def slots(self) -> int:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from hvdflow.config.checks import check_launcher
 from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile, SlurmCluster
@@ -177,12 +178,10 @@ start a run on fewer ranks than it is set for, as a Slurm job that got fewer nod
 
 def elastic_settings(spec: TrainSpec, profile: ClusterProfile) -> Optional[ElasticSettings]:
     """The elastic run's settings (the experiment's bounds, the profile's cooldown and timeout); None for a fixed
-    run. LaunchError where the profile cannot run it: the MPI launcher."""
+    run. LaunchError where the profile cannot run it: the MPI launcher (:func:`hvdflow.config.checks.check_launcher`)."""
+    check_launcher(spec, profile)
     if spec.elastic is None:
         return None
-    if profile.launcher != "gloo":
-        raise LaunchError(f"elastic runs need the Gloo launcher (Horovod's elastic mode has no MPI controller); the "
-                          f"profile {profile.path} has launcher {profile.launcher}")
     return ElasticSettings(spec.min_ranks, spec.max_ranks, profile.elastic_cooldown, profile.elastic_timeout)
 
 

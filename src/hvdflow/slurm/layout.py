@@ -1,17 +1,10 @@
-"""How an experiment's ranks lie over Slurm nodes: the train job's task resources, GPUs per node, and the checks
-that name an impossible layout before anything is submitted."""
+"""How an experiment's ranks lie over Slurm nodes: the train job's task resources and GPUs per node (the ranks per
+node, and the check that names an impossible layout before anything is submitted: :mod:`hvdflow.config.layout`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from hvdflow.config.layout import gpus_per_node_needed, max_tasks_per_node
 from hvdflow.config.profile import SlurmCluster
-from hvdflow.errors import ConfigError
-
-
-def gpus_per_node_needed(ranks: int, nodes: int, cluster: SlurmCluster) -> int:
-    """GPUs to request on each node (one per rank on the fullest node); 0 on a cluster without GPUs."""
-    return max_tasks_per_node(ranks, nodes) if cluster.gpus_per_node > 0 else 0
 
 
 def gres(ranks: int, nodes: int, cluster: SlurmCluster | None) -> str:
@@ -24,11 +17,6 @@ def gres(ranks: int, nodes: int, cluster: SlurmCluster | None) -> str:
 def even_tasks_per_node(ranks: int, nodes: int) -> int:
     """Ranks per node when they divide evenly over the nodes, else 0 (Slurm then places them, at least one each)."""
     return ranks // nodes if ranks % nodes == 0 else 0
-
-
-def max_tasks_per_node(ranks: int, nodes: int) -> int:
-    """The most ranks any node holds in hvdflow's layout: ``ceil(ranks / nodes)``."""
-    return -(-ranks // nodes)
 
 
 def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None, elastic: bool = False
@@ -56,15 +44,3 @@ def job_task_resources(ranks: int, nodes: int, cluster: SlurmCluster | None, ela
     return {"tasks": 0 if even else ranks, "tasks_per_node": per_node if even else 0, "tasks_per_gpu": 0,
             "mpi": "srun" if ranks > 1 else "", "slurm_extra": " ".join(extra)}
 
-
-def check_layout(where: str, ranks: int, nodes: int, cluster: SlurmCluster | None, profile: Path) -> None:
-    """ConfigError naming ``where`` if ``ranks`` cannot run on ``nodes`` nodes of the profile's cluster."""
-    if nodes > ranks:
-        raise ConfigError(f"{where}: nodes ({nodes}) exceeds ranks ({ranks})")
-    if nodes > 1 and cluster is None:
-        raise ConfigError(f"{where}: nodes {nodes} needs a Slurm profile; {profile} runs on one machine")
-    if cluster is not None and cluster.gpus_per_node:
-        needed = gpus_per_node_needed(ranks, nodes, cluster)
-        if needed > cluster.gpus_per_node:
-            raise ConfigError(f"{where}: {ranks} ranks on {nodes} node(s) need {needed} GPUs per node (one per rank), "
-                              f"but {profile} declares gpus_per_node: {cluster.gpus_per_node}")
