@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.exceptions import WorkflowError
 
 from conftest import REPO
+from hvdflow.config.parse_time import check_workflow_config
+from hvdflow.errors import HvdflowError
 
 PROFILES = sorted(p.name for p in (REPO / "profiles").iterdir() if (p / "config.yaml").exists())
 BIN = Path(sys.executable).parent
@@ -28,8 +31,12 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+DRY_RUN_ENV = {"HVDFLOW_REGISTRY": "http://127.0.0.1:5999", "HVDFLOW_ALLOW_ROOT": "1"}
+"""What the profiles' variables are set to for the parse-time runs."""
+
+
 def snakemake(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HVDFLOW_REGISTRY": "http://127.0.0.1:5999", "HVDFLOW_ALLOW_ROOT": "1"}
+    env = {**os.environ, **DRY_RUN_ENV}
     return subprocess.run([str(BIN / "snakemake"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -60,6 +67,24 @@ def _edit(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
     data = yaml.safe_load(path.read_text())
     edit(data)
     path.write_text(yaml.safe_dump(data))
+
+
+def parse_time_error(tree: Path, profile: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The error of the workflow's parse-time checks (``check_workflow_config``, the call common.smk makes) on the
+    tree's config with ``profiles/<profile>``, run where Snakemake runs them (the tree, the profile's relative
+    ``hvdflow_profile``); "" when the config passes. :func:`test_the_workflow_makes_the_parse_time_checks` shows
+    that a dry run reports the same errors."""
+    monkeypatch.chdir(tree)
+    for name, value in DRY_RUN_ENV.items():
+        monkeypatch.setenv(name, value)
+    config = {**yaml.safe_load((tree / "config" / "config.yaml").read_text()),
+              "hvdflow_profile": f"profiles/{profile}/hvdflow.yaml"}
+    try:
+        check_workflow_config(config, tree / "workflow" / "schemas" / "config.schema.yaml",
+                              tree / "profiles" / "local" / "hvdflow.yaml")
+    except (WorkflowError, HvdflowError) as exc:
+        return str(exc)
+    return ""
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -103,11 +128,11 @@ def _edit(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
      "benchmark.ranks 2 on benchmark.nodes 2: nodes 2 needs a Slurm profile"),
     (lambda c: c["benchmark"].update(image="no-such-image"), "benchmark.image: 'no-such-image' is not an image"),
 ])
-def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str,  # type: ignore[no-untyped-def]
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     _edit(tree / "config" / "config.yaml", edit)
-    proc = snakemake(tree, "--profile", "profiles/local", "--dry-run")
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr
+    error = parse_time_error(tree, "local", monkeypatch)
+    assert error and message in error, error
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -121,11 +146,11 @@ def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str) -> No
     (lambda p: p.update(step_timeout_minutes=0), "step_timeout_minutes: must be"),
     (lambda p: p.update(cpu_bind="sockets"), "cpu_bind: 'sockets' is not one of cores, none"),
 ])
-def test_bad_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_profile_is_named_at_parse_time(tree: Path, edit, message: str,  # type: ignore[no-untyped-def]
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     _edit(tree / "profiles" / "local" / "hvdflow.yaml", edit)
-    proc = snakemake(tree, "--profile", "profiles/local", "--dry-run")
-    assert proc.returncode != 0
-    assert "profiles/local/hvdflow.yaml" in proc.stdout + proc.stderr and message in proc.stdout + proc.stderr
+    error = parse_time_error(tree, "local", monkeypatch)
+    assert "profiles/local/hvdflow.yaml" in error and message in error, error
 
 
 def test_a_benchmark_asking_more_gpus_than_the_clusters_nodes_have_is_named_before_any_job(tree: Path) -> None:
@@ -286,11 +311,11 @@ def test_train_command_lines_of_each_slurm_profile_are_golden(tree: Path, profil
     (lambda p: p["slurm"].update(signal_grace_seconds=-5), "signal_grace_seconds: must be 0 (no warning) to 65535"),
     (lambda p: p.update(cpu_bind="core"), "cpu_bind: 'core' is not a value of srun's --cpu-bind"),
 ])
-def test_bad_slurm_profile_is_named_at_parse_time(tree: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_slurm_profile_is_named_at_parse_time(tree: Path, edit, message: str,  # type: ignore[no-untyped-def]
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     _edit(tree / "profiles" / "testbed" / "hvdflow.yaml", edit)
-    proc = snakemake(tree, "--profile", "profiles/testbed", "--dry-run")
-    assert proc.returncode != 0
-    assert "profiles/testbed/hvdflow.yaml" in proc.stdout + proc.stderr and message in proc.stdout + proc.stderr
+    error = parse_time_error(tree, "testbed", monkeypatch)
+    assert "profiles/testbed/hvdflow.yaml" in error and message in error, error
 
 
 @pytest.mark.parametrize("profile, experiment, message", [
@@ -301,8 +326,26 @@ def test_bad_slurm_profile_is_named_at_parse_time(tree: Path, edit, message: str
     ("local", {"ranks": 4, "nodes": 2}, "experiments.demo: nodes 2 needs a Slurm profile"),
 ])
 def test_impossible_layouts_are_named_at_parse_time(tree: Path, profile: str, experiment: dict[str, int],
-                                                    message: str) -> None:
+                                                    message: str, monkeypatch: pytest.MonkeyPatch) -> None:
     _edit(tree / "config" / "config.yaml", lambda c: c["experiments"]["demo"].update(experiment))
+    error = parse_time_error(tree, profile, monkeypatch)
+    assert message in error, error
+
+
+@pytest.mark.parametrize("profile, file, edit, message", [
+    ("local", "config/config.yaml", lambda c: c["experiments"]["demo"].update(epoks=3), "'epoks' was unexpected"),
+    ("local", "config/config.yaml", lambda c: c["experiments"]["demo"].update(dataset="mnist"),
+     "experiments.demo.dataset: 'mnist' is not a key of datasets (digits)"),
+    ("local", "profiles/local/hvdflow.yaml", lambda p: p.update(runtime="docker"),
+     "runtime: 'docker' is not one of udocker, native"),
+    ("testbed", "profiles/testbed/hvdflow.yaml", lambda p: p["slurm"].pop("gpus_per_node"),
+     "slurm: missing required key(s) gpus_per_node"),
+])
+def test_the_workflow_makes_the_parse_time_checks(tree: Path, profile: str, file: str, edit,  # type: ignore[no-untyped-def]
+                                                  message: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one case of each kind (the schema, a check of the config, the profile, the Slurm profile) through a real dry
+    # run: the same message as the call the other parse-time tests make, and no job planned
+    _edit(tree / file, edit)
     proc = snakemake(tree, "--profile", f"profiles/{profile}", "--dry-run")
-    assert proc.returncode != 0
-    assert message in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode != 0 and "Job stats:" not in proc.stdout + proc.stderr
+    assert message in proc.stdout + proc.stderr and message in parse_time_error(tree, profile, monkeypatch)

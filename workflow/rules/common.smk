@@ -2,51 +2,33 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
 # One source of code: the rules import the hvdflow that came with this workflow, whatever else is installed; the
 # Slurm launcher starts its job steps with the same folder first on PYTHONPATH (docs/architecture.md).
 sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
 
 from hvdflow.pipeline import steps  # noqa: E402
-from hvdflow.images.catalog import load_catalog  # noqa: E402
 from hvdflow.config.benchmark import ALLREDUCE, MODELS  # noqa: E402
-from hvdflow.config.checks import check_config, checked_benchmark  # noqa: E402
+from hvdflow.config.parse_time import check_workflow_config  # noqa: E402
 from hvdflow.config.datasets import input_paths, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
-from hvdflow.config.keyorder import key_sorted  # noqa: E402
 from hvdflow.errors import HvdflowError  # noqa: E402
-from hvdflow.config.profile import load_profile  # noqa: E402
 from hvdflow.launch import supervise  # noqa: E402
 from hvdflow.slurm.layout import gres, job_task_resources  # noqa: E402
 
-validate(config, "../schemas/config.schema.yaml", set_default=True)
-# the rules' params compare in order: the same settings listed in another order must not re-run a rule
-for _section in ("datasets", "experiments"):
-    config[_section] = key_sorted(config[_section])
+# the schema, then the checks it cannot do (hvdflow.config.parse_time): one call, which the tests make too
+try:
+    _CHECKED = check_workflow_config(
+        config,
+        Path(workflow.basedir) / "schemas" / "config.schema.yaml",
+        Path(workflow.basedir).parent / "profiles" / "local" / "hvdflow.yaml",
+    )
+except HvdflowError as exc:
+    raise WorkflowError(str(exc)) from None
+PROFILE, CATALOG, BENCHMARK = _CHECKED.profile, _CHECKED.catalog, _CHECKED.benchmark
 
 # Ctrl-C reaches the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they checkpoint
 supervise.watch_interrupts()
-
-if "hvdflow_profile" not in config:
-    # no --profile: the embedded default's settings (this machine, no scheduler); Snakemake itself needs --cores
-    config["hvdflow_profile"] = str(
-        Path(workflow.basedir).parent / "profiles" / "local" / "hvdflow.yaml"
-    )
-    print(
-        f"hvdflow: no profile given, so the embedded default runs: {config['hvdflow_profile']} "
-        "(snakemake --profile NAME picks a cluster's; see profiles/README.md)",
-        file=sys.stderr,
-    )
-
-# the checks the schema cannot do (hvdflow.config.checks): datasets, experiments, images, then the benchmark
-try:
-    PROFILE = load_profile(Path(config["hvdflow_profile"]))
-    CATALOG = load_catalog(Path(config["catalog"]))
-    check_config(config, PROFILE, CATALOG)
-    BENCHMARK = checked_benchmark(config, PROFILE, CATALOG)
-except HvdflowError as exc:
-    raise WorkflowError(str(exc)) from None
 
 BENCHMARK_KINDS = list(MODELS) + [ALLREDUCE]
 BENCHMARK_PLOTS = ["throughput", "efficiency", "runtime_ratio", "allreduce"]
