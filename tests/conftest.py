@@ -25,11 +25,25 @@ sys.path.insert(0, str(REPO / "tests"))
 from helpers import build_tiny_layout  # noqa: E402
 from hvdflow.images.build.image import BuiltImage, build_image, push_image  # noqa: E402
 from hvdflow.images.catalog import load_catalog  # noqa: E402
-from hvdflow.testbed.cluster import default_layout  # noqa: E402
+from hvdflow.testbed.cluster import alive, default_layout  # noqa: E402
 from hvdflow.testbed.registry_server import start_registry  # noqa: E402
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
 WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles")
+
+
+def slurm_client_env() -> dict[str, str]:
+    """``SLURM_CONF`` naming the test bed's configuration while its controller runs, as a site's login environment
+    names its cluster's; nothing while it is down (a machine without Slurm), so that a Slurm client fails at once
+    rather than waiting 10 s for a controller that is not there: the Slurm plugin asks ``scontrol show config``
+    whenever Snakemake starts, whatever the profile."""
+    layout = default_layout()
+    return {"SLURM_CONF": str(layout.etc / "slurm.conf")} if alive(layout.run / "slurmctld.pid") else {}
+
+
+def environ_with_slurm_client() -> dict[str, str]:
+    """This process's environment with :func:`slurm_client_env`'s ``SLURM_CONF`` (or none) in place of its own."""
+    return {**{k: v for k, v in os.environ.items() if k != "SLURM_CONF"}, **slurm_client_env()}
 
 
 @dataclass(frozen=True)
@@ -50,8 +64,7 @@ class HpcUser:
             "PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin",
             "PYTHONPATH": str(self.workspace / "src"),
             "HVDFLOW_CACHE": str(self.home / ".cache" / "hvdflow"),
-            # the test bed's Slurm configuration, as a site's login environment would name it
-            "SLURM_CONF": str(default_layout().etc / "slurm.conf"),
+            **slurm_client_env(),
         }
         env.update(extra)
         return env

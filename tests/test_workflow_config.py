@@ -15,7 +15,7 @@ import pytest
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from conftest import REPO
+from conftest import REPO, environ_with_slurm_client
 from hvdflow.config.parse_time import check_workflow_config
 from hvdflow.errors import HvdflowError
 
@@ -36,7 +36,7 @@ DRY_RUN_ENV = {"HVDFLOW_REGISTRY": "http://127.0.0.1:5999", "HVDFLOW_ALLOW_ROOT"
 
 
 def snakemake(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **DRY_RUN_ENV}
+    env = {**environ_with_slurm_client(), **DRY_RUN_ENV}
     return subprocess.run([str(BIN / "snakemake"), *args], cwd=tree, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -185,7 +185,7 @@ def test_without_a_profile_the_embedded_default_runs(tree: Path) -> None:
 
 def test_an_installed_profile_is_found_by_its_bare_name(tree: Path, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
     home = tmp_path_factory.mktemp("home")
-    env = {**os.environ, "HOME": str(home), "HVDFLOW_REGISTRY": "http://127.0.0.1:5999", "HVDFLOW_ALLOW_ROOT": "1"}
+    env = {**environ_with_slurm_client(), "HOME": str(home), **DRY_RUN_ENV}
     env.pop("XDG_CONFIG_HOME", None)
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -248,7 +248,8 @@ def _recorded_sbatch(tree: Path, profile: str, recorder: Path) -> list[str]:
         os.utime(target, (now - 60 * (age + 1),) * 2)
     profile_config = yaml.safe_load((tree / "profiles" / profile / "config.yaml").read_text())
     accounts = [str(v) for v in [profile_config.get("default-resources", {}).get("slurm_account")] if v]
-    env = {**os.environ, "PATH": f"{bin_dir}:{BIN}:{os.environ['PATH']}", "HVDFLOW_RECORDER_DIR": str(recorder),
+    env = {**environ_with_slurm_client(), "PATH": f"{bin_dir}:{BIN}:{os.environ['PATH']}",
+           "HVDFLOW_RECORDER_DIR": str(recorder),
            "HVDFLOW_RECORDER_ACCOUNTS": ",".join(accounts), "HVDFLOW_REGISTRY": "http://127.0.0.1:5999",
            "HVDFLOW_ALLOW_ROOT": "1"}
     calls = recorder / "calls.jsonl"
