@@ -30,6 +30,7 @@ from hvdflow_runstate import (
     read_manifest,
     sha256_file,
 )
+from rank_results import rank_result_json
 
 SPEC = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "learning_rate": 0.01, "epochs": 10,
         "checkpoint_every": 1, "keep_checkpoints": 2, "resume": "auto"}
@@ -211,10 +212,11 @@ def test_a_rank_that_exits_0_before_the_last_epoch_is_a_failure(tmp_path: Path) 
     from hvdflow.pipeline.stages import collect_rank_results
 
     for rank, epochs in ((0, 10), (1, 7)):
-        (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"weights_sha256": "a", "epochs_done": epochs}))
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps(rank_result_json(rank, weights_sha256="a",
+                                                                                epochs_done=epochs)))
     with pytest.raises(LaunchError, match=f"rank 1 exited 0 after 7 of 10 epochs \\({tmp_path / 'rank-1.json'}\\)"):
         collect_rank_results(tmp_path, 2, 10)
-    (tmp_path / "rank-1.json").write_text(json.dumps({"weights_sha256": "a", "epochs_done": 10}))
+    (tmp_path / "rank-1.json").write_text(json.dumps(rank_result_json(1, weights_sha256="a", epochs_done=10)))
     assert len(collect_rank_results(tmp_path, 2, 10)) == 2
 
 

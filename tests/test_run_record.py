@@ -13,7 +13,9 @@ from hvdflow.config.profile import load_profile
 from hvdflow.launch.image_check import ImageCheck, Needs, judge
 from hvdflow.pipeline.record import _git_revision, epoch_metrics, jsonable, run_record
 from hvdflow.pipeline.record_page import record_page
+from hvdflow_wire.rank import RankResult
 from pipeline_run import check_run_record
+from rank_results import rank_result
 from test_image_check import GOOD
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,15 +58,8 @@ def test_epoch_metrics_are_read_from_the_history_as_numbers(tmp_path: Path) -> N
     assert epoch_metrics(tmp_path / "missing.csv") == []
 
 
-def _rank(rank: int) -> dict[str, object]:
-    return {"rank": rank, "local_rank": rank, "cross_rank": 0, "hostname": "h", "cuda_visible_devices": None,
-            "cpus": [rank], "threads": 1, "controller": "gloo", "weights_sha256": SHA, "first_step_unix": 1.0,
-            "tensorflow": "2.15.1", "horovod": "0.28.1", "python": "3.11.2",
-            "machine": {"cpu": {"model": "m", "flags": ["avx2"], "architecture": "x86_64"}, "gpus": [],
-                        "nvidia_driver": None},
-            "numerics": {"onednn_enabled": True, "TF_ENABLE_ONEDNN_OPTS": None, "op_determinism": True,
-                         "intra_op_threads": 1, "inter_op_threads": 1, "deterministic_allreduce": False,
-                         "HOROVOD_FUSION_THRESHOLD": None}}
+def _rank(rank: int) -> RankResult:
+    return rank_result(rank, weights_sha256=SHA)
 
 
 def _local_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:

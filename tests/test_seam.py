@@ -1,6 +1,7 @@
 """The seam and the floors: the host never imports TensorFlow, Horovod or the trainer; the trainer never imports the
-host; what both share are the standard-library packages ``hvdflow_index`` (the dataset index) and
-``hvdflow_runstate`` (the checkpoint manifest); no host module imports a floor above its own.
+host; what both share are the standard-library packages ``hvdflow_index`` (the dataset index),
+``hvdflow_runstate`` (the checkpoint manifest) and ``hvdflow_wire`` (the files between processes); no host module
+imports a floor above its own.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _room(module: str) -> str:
 
 
 HOST_FILES = sorted((SRC / "hvdflow").rglob("*.py"))
-SHARED = ("hvdflow_index", "hvdflow_runstate")
+SHARED = ("hvdflow_index", "hvdflow_runstate", "hvdflow_wire")
 CONTAINER_FILES = sorted([*(SRC / "hvdflow_trainer").rglob("*.py"), *(f for name in SHARED for f in (SRC / name).rglob("*.py"))])
 
 
@@ -68,7 +69,7 @@ def test_importing_every_host_module_loads_no_framework_and_no_trainer() -> None
             "names = [m.name for m in pkgutil.walk_packages(hvdflow.__path__, 'hvdflow.') if m.name != 'hvdflow.__main__']\n"
             "assert len(names) > 30, names\n"
             "for name in names: importlib.import_module(name)\n"
-            "import hvdflow_index, hvdflow_runstate")
+            "import hvdflow_index, hvdflow_runstate, hvdflow_wire")
     assert _fresh_import(code) == []
 
 
@@ -97,6 +98,23 @@ def test_container_code_never_imports_the_host(path: Path) -> None:
     assert "hvdflow" not in imported, f"{path} imports the host package"
     if any(path.is_relative_to(SRC / name) for name in SHARED):
         assert not imported & {"hvdflow_trainer", *FRAMEWORKS}, f"{path} must need only the standard library"
+
+
+WIRE_FILES = sorted((SRC / "hvdflow_wire").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", WIRE_FILES, ids=lambda p: str(p.relative_to(SRC)))
+def test_the_wire_imports_only_the_standard_library(path: Path) -> None:
+    outside = {name.split(".")[0] for name in _imports(path)} - set(sys.stdlib_module_names) - {"hvdflow_wire"}
+    assert not outside, f"{path} imports {sorted(outside)}: the files between processes need the standard library only"
+
+
+def test_every_module_of_the_wire_loads_neither_side_of_the_seam() -> None:
+    code = ("import importlib, pkgutil, hvdflow_wire\n"
+            "for m in pkgutil.walk_packages(hvdflow_wire.__path__, 'hvdflow_wire.'): importlib.import_module(m.name)\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('hvdflow', 'hvdflow_index', 'hvdflow_runstate', "
+            "'numpy')], sorted(sys.modules)")
+    assert _fresh_import(code) == []
 
 
 def test_every_room_says_what_it_owns() -> None:

@@ -11,7 +11,7 @@ from hvdflow_trainer.metrics import single_label_metrics
 from hvdflow_trainer.sources.common import split_indices
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate")
+CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate", "hvdflow_wire")
 CONTAINER_CODE = sorted(f for name in CONTAINER_PACKAGES for f in (SRC / name).rglob("*.py"))
 
 

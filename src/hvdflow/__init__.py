@@ -22,10 +22,11 @@ staging step → ``srun python -m hvdflow.slurm.rank_task`` per rank → a clean
 command to :mod:`hvdflow.launch.supervise`, which starts and stops the processes.
 
 The seam: nothing here imports TensorFlow or Horovod, nor the in-container package ``hvdflow_trainer``, which runs
-in the containers (bind-mounted) and never imports ``hvdflow``. What both sides read lives in two small
-standard-library packages: ``hvdflow_index`` (the prepared dataset's index and the gather that writes it) and
+in the containers (bind-mounted) and never imports ``hvdflow``. What both sides read lives in three small
+standard-library packages: ``hvdflow_index`` (the prepared dataset's index and the gather that writes it),
 ``hvdflow_runstate`` (a run's checkpoint manifest and identity, which the trainer writes and the host checks before
-it resumes a run: :mod:`hvdflow.pipeline.resume`).
+it resumes a run: :mod:`hvdflow.pipeline.resume`) and ``hvdflow_wire`` (every file passed between processes: the
+rank task's file, the rank result, an elastic run's files).
 """
 
 from pathlib import Path

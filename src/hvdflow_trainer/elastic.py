@@ -12,19 +12,14 @@ hosts, its worker) and each epoch's end (ranks, samples, seconds), which the lau
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from typing import Callable, Dict, List, Optional
 
+from hvdflow_wire.elastic import EpochEnd, Membership, MembershipAppender
+
 from .run_control import Position
-
-
-def append_membership(path: str, record: Dict[str, object]) -> None:
-    """One JSON line appended to the membership file (rank 0 only)."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
 
 
 def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callable, fit_epochs: Callable,  # type: ignore[no-untyped-def]
@@ -39,6 +34,7 @@ def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callabl
     state = hvd.elastic.KerasState(model, optimizer, epoch=position.epoch, step=position.step,
                                    history=list(history), metric_sums=metric_sums)
     last: Dict[str, object] = {}
+    lines = MembershipAppender(membership)  # rank 0 only
 
     @hvd.elastic.run
     def run(state) -> None:  # type: ignore[no-untyped-def]
@@ -49,9 +45,8 @@ def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callabl
         current, done = Position(state.epoch, state.step), list(state.history)
         last.update(layout=layout, position=current, history=done)
         if layout.rank == 0:
-            append_membership(membership, {"kind": "membership", "epoch": current.epoch, "step": current.step,
-                                           "ranks": layout.size, "hosts": list(hosts), "unix": time.time(),
-                                           "worker": os.environ.get("HVDFLOW_ELASTIC_WORKER")})
+            lines.append(Membership(epoch=current.epoch, step=current.step, ranks=layout.size, hosts=list(hosts),
+                                    unix=time.time(), worker=os.environ.get("HVDFLOW_ELASTIC_WORKER")))
             print("hvdflow: elastic: %d ranks on %s from epoch %d step %d"
                   % (layout.size, ", ".join(sorted(set(hosts))), current.epoch, current.step), flush=True)
         carried = state.metric_sums if current.step else None
@@ -65,9 +60,9 @@ def elastic_fit(hvd, hvd_tf, model, optimizer, checkpoints, make_layout: Callabl
         def committed(position: Position, history: List[Dict[str, float]]) -> None:
             now = time.time()
             if layout.rank == 0:  # the epoch's samples and wall time: the throughput of this membership
-                append_membership(membership, {"kind": "epoch", "epoch": position.epoch, "ranks": layout.size,
-                                               "samples": layout.train_per_rank * layout.size,
-                                               "seconds": round(now - began[0], 4), "unix": now})
+                lines.append(EpochEnd(epoch=position.epoch, ranks=layout.size,
+                                      samples=layout.train_per_rank * layout.size, seconds=round(now - began[0], 4),
+                                      unix=now))
             state.epoch, state.step, state.history, state.metric_sums = position.epoch, 0, list(history), None
             state.commit()
             began[0] = time.time()

@@ -3,14 +3,14 @@
 ``python -m hvdflow_trainer.elastic_driver --channel DIR --address A --iface I --ranks N --min-ranks M --max-ranks X
 --cooldown S --timeout T`` runs Horovod's own :class:`ElasticDriver` and its elastic rendezvous server (the image's
 Horovod, the same as the workers'), but neither discovers hosts nor starts processes itself. Both go through files in
-the channel folder ``DIR`` that hvdflow's launcher on the host (:mod:`hvdflow.launch.elastic`) keeps:
+the channel folder ``DIR`` that hvdflow's launcher on the host (:mod:`hvdflow.launch.elastic`) keeps, each defined in
+:mod:`hvdflow_wire.elastic`:
 
 - ``hosts.json`` (launcher → driver, replaced atomically): ``{host: slots}`` that may run a worker now; read every
   second by the driver's discovery thread.
-- ``requests.jsonl`` (driver → launcher, appended): ``{"start": id, "slot": {...}, "env": {...}}`` to start a worker
-  with Horovod's variables for its slot, ``{"stop": id}`` when the driver gives a worker up (its host was removed,
-  blacklisted after a failure, or the job ends).
-- ``exits.jsonl`` (launcher → driver, appended): ``{"id": id, "code": status, "unix": t}`` when a worker has gone.
+- ``requests.jsonl`` (driver → launcher, appended): a start of a worker with Horovod's variables for its slot, or a
+  stop when the driver gives a worker up (its host was removed, blacklisted after a failure, or the job ends).
+- ``exits.jsonl`` (launcher → driver, appended): a worker has gone, with its exit status.
 - ``result.json`` (driver, last): the workers' exit codes of the final rendezvous and Horovod's error message.
 
 The driver exits 0 when the last rendezvous' workers all succeeded, 1 otherwise. Horovod blacklists a host on which a
@@ -20,22 +20,25 @@ worker failed, and brings it back after ``--cooldown`` seconds if discovery stil
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
+from hvdflow_wire.elastic import (
+    DriverResult,
+    ExitReader,
+    Hosts,
+    RequestAppender,
+    Slot,
+    StartWorker,
+    StopWorker,
+    WorkerResult,
+)
+
 POLL = 0.2
 """Seconds between two reads of the launcher's exits file."""
-
-
-def append_line(path: str, record: Dict[str, object]) -> None:
-    """Append one JSON line to ``path`` (one write, flushed: the reader sees whole lines)."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(record, sort_keys=True) + "\n")
-        handle.flush()
 
 
 class FileDiscovery:
@@ -46,44 +49,34 @@ class FileDiscovery:
 
     def find_available_hosts_and_slots(self) -> Dict[str, int]:
         """``{host: slots}`` as the launcher last wrote it."""
-        with open(self.path) as handle:
-            return {str(host): int(slots) for host, slots in json.load(handle).items()}
+        return Hosts.read(self.path).slots
 
 
 class LauncherChannel:
     """Starts and stops workers through the launcher's files and waits for their exits."""
 
     def __init__(self, folder: str) -> None:
-        self.requests = os.path.join(folder, "requests.jsonl")
-        self.exits_path = os.path.join(folder, "exits.jsonl")
+        self.requests = RequestAppender(os.path.join(folder, "requests.jsonl"))
+        self.exit_lines = ExitReader(os.path.join(folder, "exits.jsonl"))
         self.lock = threading.Lock()
         self.next_id = 0
-        self.read_to = 0
         self.exits: Dict[int, Tuple[int, int]] = {}
 
-    def start(self, slot: Dict[str, object], env: Dict[str, str]) -> int:
+    def start(self, slot: Slot, env: Dict[str, str]) -> int:
         """Ask the launcher to start a worker for ``slot``; its id."""
         with self.lock:
             worker, self.next_id = self.next_id, self.next_id + 1
-            append_line(self.requests, {"start": worker, "slot": slot, "env": env})
+            self.requests.append(StartWorker(worker, slot, env))
         return worker
 
     def stop(self, worker: int) -> None:
         """Ask the launcher to stop a worker (its process group)."""
         with self.lock:
-            append_line(self.requests, {"stop": worker})
+            self.requests.append(StopWorker(worker))
 
     def _read_exits(self) -> None:
-        if not os.path.exists(self.exits_path):
-            return
-        with open(self.exits_path) as handle:
-            handle.seek(self.read_to)
-            text = handle.read()
-        complete = text[:text.rfind("\n") + 1]
-        self.read_to += len(complete.encode())
-        for line in complete.splitlines():
-            record = json.loads(line)
-            self.exits[int(record["id"])] = (int(record["code"]), int(record["unix"]))
+        for gone in self.exit_lines.new():
+            self.exits[gone.worker] = (gone.code, gone.unix)
 
     def wait(self, worker: int, events: List[threading.Event]) -> Tuple[int, int]:
         """``(exit code, unix time)`` once the worker has gone; asks for a stop first when one of ``events`` is set."""
@@ -99,11 +92,10 @@ class LauncherChannel:
             time.sleep(POLL)
 
 
-def slot_record(slot_info) -> Dict[str, object]:  # type: ignore[no-untyped-def]
-    """A Horovod ``SlotInfo`` as JSON."""
-    return {"hostname": slot_info.hostname, "rank": slot_info.rank, "size": slot_info.size,
-            "local_rank": slot_info.local_rank, "local_size": slot_info.local_size,
-            "cross_rank": slot_info.cross_rank, "cross_size": slot_info.cross_size}
+def slot_record(slot_info) -> Slot:  # type: ignore[no-untyped-def]
+    """A Horovod ``SlotInfo`` as the wire's slot."""
+    return Slot(hostname=slot_info.hostname, rank=slot_info.rank, size=slot_info.size, local_rank=slot_info.local_rank,
+                local_size=slot_info.local_size, cross_rank=slot_info.cross_rank, cross_size=slot_info.cross_size)
 
 
 def run_driver(args: argparse.Namespace) -> int:
@@ -135,16 +127,13 @@ def run_driver(args: argparse.Namespace) -> int:
         driver.start(args.ranks, create_worker)
         results = driver.get_results()
         error = results.error_message
-        workers = {name: {"code": code, "unix": unix} for name, (code, unix) in results.worker_results.items()}
+        workers = {name: WorkerResult(code, unix) for name, (code, unix) in results.worker_results.items()}
     except Exception as exc:  # Horovod's own errors: no slots in time, no host left to broadcast from
         error, workers = "%s: %s" % (type(exc).__name__, exc), {}
     finally:
         driver.stop(error)
-    ok = error is None and bool(workers) and all(w["code"] == 0 for w in workers.values())
-    tmp = os.path.join(args.channel, "result.json.tmp")
-    with open(tmp, "w") as handle:
-        json.dump({"error": error, "workers": workers, "ok": ok}, handle, sort_keys=True)
-    os.replace(tmp, os.path.join(args.channel, "result.json"))
+    ok = error is None and bool(workers) and all(w.code == 0 for w in workers.values())
+    DriverResult(error, workers, ok).write(os.path.join(args.channel, "result.json"))
     return 0 if ok else 1
 
 

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 from hvdflow_index import read_index, verified_shards, write_json
 from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 from hvdflow_runstate import position as describe
+from hvdflow_wire.rank import RankResult
 
 from .elastic import elastic_fit
 from .input_plan import plan_input
@@ -285,7 +286,7 @@ def write_tensorboard(folder: str, history: List[Dict[str, float]], first_epoch:
         writer.close()
 
 
-def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
+def train(args: argparse.Namespace, flag: StopFlag) -> RankResult:
     """Train on the dataset at ``args.dataset``; write the outputs into ``args.out``; return this rank's result.
 
     Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when
@@ -428,28 +429,28 @@ def train(args: argparse.Namespace, flag: StopFlag) -> Dict[str, object]:
     if neighbours is not None:
         average_once(model.weights)  # one model for the run: the ranks' average, in a fixed order (no fusion)
 
-    result: Dict[str, object] = {
-        "rank": hvd.rank(), "size": hvd.size(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size(),
-        "cross_rank": hvd.cross_rank(), "cross_size": hvd.cross_size(), "hostname": socket.gethostname(),
-        "controller": "mpi" if hvd.mpi_enabled() else "gloo",
-        "strategy": args.strategy, "topology": args.topology if neighbours is not None else None,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "cpus": sorted(os.sched_getaffinity(0)), "threads": args.threads,
-        "elastic_worker": os.environ.get("HVDFLOW_ELASTIC_WORKER"), "horovod_hostname": os.environ.get("HOROVOD_HOSTNAME"),
-        "machine": {"cpu": cpu_facts(), "gpus": gpu_facts(tf, tf.config.get_visible_devices("GPU")),
-                    "nvidia_driver": nvidia_driver()},
-        "numerics": numerics(tf, args.deterministic_allreduce),
-        "weights_sha256": weights_sha256(model.get_weights()),
-        "epochs_done": position.epoch,
-        "resumed_from": {"epoch": start[0], "step": start[1]},
-        "epoch_seconds": timer.seconds,
-        "first_step_unix": timer.first_step_unix,
-        "train_records_per_rank": train_per_rank,
-        "steps_per_epoch": steps_per_epoch,
-        "input_sharding": sharding,
-        "tensorflow": tf.__version__, "horovod": horovod.__version__,
-        "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
-    }
+    result = RankResult(
+        rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(), local_size=hvd.local_size(),
+        cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size(), hostname=socket.gethostname(),
+        controller="mpi" if hvd.mpi_enabled() else "gloo",
+        strategy=args.strategy, topology=args.topology if neighbours is not None else None,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cpus=sorted(os.sched_getaffinity(0)), threads=args.threads,
+        elastic_worker=os.environ.get("HVDFLOW_ELASTIC_WORKER"), horovod_hostname=os.environ.get("HOROVOD_HOSTNAME"),
+        machine={"cpu": cpu_facts(), "gpus": gpu_facts(tf, tf.config.get_visible_devices("GPU")),
+                 "nvidia_driver": nvidia_driver()},
+        numerics=numerics(tf, args.deterministic_allreduce),
+        weights_sha256=weights_sha256(model.get_weights()),
+        epochs_done=position.epoch,
+        resumed_from={"epoch": start[0], "step": start[1]},
+        epoch_seconds=timer.seconds,
+        first_step_unix=timer.first_step_unix,
+        train_records_per_rank=train_per_rank,
+        steps_per_epoch=steps_per_epoch,
+        input_sharding=sharding,
+        tensorflow=tf.__version__, horovod=horovod.__version__,
+        python="%d.%d.%d" % tuple(sys.version_info[:3]),
+    )
     if hvd.rank() == 0:
         # an uncompiled copy: the saved model must not depend on Horovod's optimizer wrapper to load
         plain = tf.keras.models.clone_model(model)
@@ -509,7 +510,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     except StopRequested as stop:
         print("hvdflow: %s%s" % (stop, STOPPED_LINE_END), flush=True)
         sys.exit(STOPPED_EXIT)
-    write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
+    result.write(os.path.join(args.out, "rank-%d.json" % result.rank))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The host has no Horovod (hvdflow's host side is Snakemake, udocker and PyYAML; ``pip install horovod`` compiles), so
 the driver, Horovod's own ``ElasticDriver`` and elastic rendezvous server, runs from the image like the ranks
 (``python -m hvdflow_trainer.elastic_driver``, same Horovod as the workers). It reaches this launcher through files in
-``<logs>/elastic/`` (the protocol is in that module's docstring): this side writes which hosts may run workers
+``<logs>/elastic/`` (each defined in :mod:`hvdflow_wire.elastic`): this side writes which hosts may run workers
 (``hosts.json``, from a :class:`Workers` source: the machine's slots, or the Slurm job's healthy nodes), starts a
 worker for each request (a local process, or a job step on its node) and reports each exit.
 
@@ -18,15 +18,13 @@ reaches the workers) makes the ranks checkpoint and exit with STOPPED_EXIT toget
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Protocol, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import (
     InterruptRelay,
@@ -39,6 +37,22 @@ from hvdflow.launch.supervise import (
     stop,
 )
 from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_wire.elastic import (
+    DriverResult,
+    EpochEnd,
+    Event,
+    EventAppender,
+    EventReader,
+    ExitAppender,
+    Hosts,
+    MembershipReader,
+    RequestReader,
+    Slot,
+    StartWorker,
+    WorkerExit,
+)
+from hvdflow_wire.rank import RankResult
+from hvdflow_wire.values import to_json
 
 HOSTS_EVERY = 1.0
 """Seconds between two reads of the worker source's hosts (Horovod's driver polls the file every second)."""
@@ -69,8 +83,7 @@ class Workers(Protocol):
     def hosts(self) -> dict[str, int]:
         """``{host: slots}`` that may run workers now."""
 
-    def start(self, worker: int, slot: Mapping[str, object], argv: Sequence[str], env: Mapping[str, str],
-              log: Path) -> Supervised:
+    def start(self, worker: int, slot: Slot, argv: Sequence[str], env: Mapping[str, str], log: Path) -> Supervised:
         """Start ``argv`` as one worker for Horovod's ``slot`` (hostname, ranks) with ``env``; its output in ``log``."""
 
     def drop(self, process: Supervised) -> None:
@@ -79,34 +92,15 @@ class Workers(Protocol):
 
 
 @dataclass
-class _NewLines:
-    """The complete JSON lines another process appended to ``path`` since the last call (a line still being written
-    waits for the next)."""
-
-    path: Path
-    read_to: int = 0
-    partial: bytes = b""
-
-    def __call__(self) -> list[dict[str, object]]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as handle:
-            handle.seek(self.read_to)
-            data = handle.read()
-        self.read_to += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
-
-
-@dataclass
 class _Channel:
-    """This side of the driver's files."""
+    """This side of the driver's files (:mod:`hvdflow_wire.elastic`)."""
 
     folder: Path
 
     def __post_init__(self) -> None:
-        self.requests = _NewLines(self.folder / "requests.jsonl")
-        """The driver's requests written since the last call."""
+        self.requests = RequestReader(str(self.folder / "requests.jsonl"))
+        """The driver's requests written since the last call of ``new``."""
+        self.exits = ExitAppender(str(self.folder / "exits.jsonl"))
 
     def reset(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -114,21 +108,25 @@ class _Channel:
             (self.folder / name).unlink(missing_ok=True)
 
     def write_hosts(self, hosts: Mapping[str, int]) -> None:
-        write_json_atomic(self.folder / "hosts.json", dict(hosts))
+        Hosts(dict(hosts)).write(str(self.folder / "hosts.json"))
 
     def exited(self, worker: int, code: int) -> None:
-        with open(self.folder / "exits.jsonl", "a") as handle:
-            handle.write(json.dumps({"id": worker, "code": code, "unix": int(time.time())}) + "\n")
+        self.exits.append(WorkerExit(worker, code, int(time.time())))
+
+    def result(self) -> Optional[DriverResult]:
+        """What the driver wrote last; None if it wrote nothing."""
+        path = self.folder / "result.json"
+        return DriverResult.read(str(path)) if path.exists() else None
 
 
 @dataclass
 class _Worker:
     process: Supervised
-    slot: Mapping[str, object]
+    slot: Slot
 
     @property
     def where(self) -> str:
-        return f"worker {self.process.label} (rank {self.slot['rank']} of {self.slot['size']} on {self.slot['hostname']})"
+        return f"worker {self.process.label} (rank {self.slot.rank} of {self.slot.size} on {self.slot.hostname})"
 
 
 @dataclass
@@ -137,25 +135,26 @@ class ElasticRun:
 
     logs: Path
     progress: Optional[Path]
-    events: list[dict[str, object]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.new_memberships = _NewLines(self.logs / MEMBERSHIP)
-        """The memberships and epoch ends rank 0 wrote since the last call."""
+        self.memberships = MembershipReader(str(self.logs / MEMBERSHIP))
+        """The memberships and epoch ends rank 0 wrote since the last call of ``new``."""
+        self.event_lines = EventAppender(str(self.logs / EVENTS))
 
-    def event(self, kind: str, line: Optional[str], **facts: object) -> None:
-        """Record one event (``events.jsonl``) and say ``line`` in the rule's log."""
-        record = {"unix": time.time(), "event": kind, **facts}
+    def event(self, kind: str, line: Optional[str], **facts: Any) -> None:
+        """Record one event (``events.jsonl``; a ``unix`` among ``facts`` is its time) and say ``line`` in the rule's
+        log."""
+        record = Event(float(facts.pop("unix", time.time())), kind, facts)
         self.events.append(record)
-        with open(self.logs / EVENTS, "a") as handle:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
+        self.event_lines.append(record)
         if line is not None:
             note(self.progress, f"hvdflow: elastic: {line}")
 
 
 def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, out_dir: Path,
                    paths: Sequence[Path], ranks: int, settings: ElasticSettings, address: str, iface: str,
-                   timeout: Optional[float], progress: Optional[Path] = None) -> list[dict[str, object]]:
+                   timeout: Optional[float], progress: Optional[Path] = None) -> list[Event]:
     """Run ``command`` as an elastic Horovod job set for ``ranks`` workers; the events, in order.
 
     It starts with ``ranks`` workers, or with every slot ``workers`` offers if fewer (Horovod's driver waits for at
@@ -190,18 +189,18 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
     hosts_read = time.monotonic()
     try:
         while True:
-            for request in channel.requests():
-                if "start" in request:
-                    worker, slot = int(request["start"]), request["slot"]  # type: ignore[call-overload]
+            for request in channel.requests.new():
+                if isinstance(request, StartWorker):
+                    worker, slot = request.worker, request.slot
                     if stopping:  # the run is stopping on a signal: no new worker
                         channel.exited(worker, STOPPED_EXIT)
                         continue
-                    env = {**request["env"], "HVDFLOW_ELASTIC_WORKER": str(worker)}  # type: ignore[dict-item]
-                    process = workers.start(worker, slot, argv, env, logs / f"worker-{worker}.log")  # type: ignore[arg-type]
-                    running[worker] = _Worker(process, slot)  # type: ignore[arg-type]
-                    run.event("start", f"started {running[worker].where}", worker=worker, slot=slot)
-                elif int(request["stop"]) in running:  # type: ignore[call-overload]
-                    workers.drop(running[int(request["stop"])].process)  # type: ignore[call-overload]
+                    env = {**request.env, "HVDFLOW_ELASTIC_WORKER": str(worker)}
+                    process = workers.start(worker, slot, argv, env, logs / f"worker-{worker}.log")
+                    running[worker] = _Worker(process, slot)
+                    run.event("start", f"started {running[worker].where}", worker=worker, slot=to_json(slot))
+                elif request.worker in running:
+                    workers.drop(running[request.worker].process)
             for worker, w in list(running.items()):
                 code = w.process.proc.poll()
                 if code is None:
@@ -215,16 +214,18 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                 what = ("exited 0 without finishing the training (killed in its container, or an error Horovod's "
                         "elastic wrapper swallowed)" if code == EARLY_EXIT else f"exited with status {code}")
                 run.event("exit", f"{w.where} {what}" + ("" if code in (0, STOPPED_EXIT) else f"; log {w.process.log}"),
-                          worker=worker, code=code, host=w.slot["hostname"], why=what)
+                          worker=worker, code=code, host=w.slot.hostname, why=what)
                 # the ranks agreed to stop after the same step: the others are saving or exiting too
                 stopping = stopping or code == STOPPED_EXIT
-            for record in run.new_memberships():
-                if record.pop("kind") == "epoch":
-                    run.event("epoch", None, **record)
+            for record in run.memberships.new():
+                facts = to_json(record)
+                del facts["kind"]
+                if isinstance(record, EpochEnd):
+                    run.event("epoch", None, **facts)
                     continue
-                run.event("membership", f"{record['ranks']} ranks on {', '.join(sorted(set(record['hosts'])))}"  # type: ignore[call-overload]
-                          f" from epoch {record['epoch']} step {record['step']}", **record)
-                leader = logs / f"worker-{record['worker']}.log"
+                run.event("membership", f"{record.ranks} ranks on {', '.join(sorted(set(record.hosts)))}"
+                          f" from epoch {record.epoch} step {record.step}", **facts)
+                leader = logs / f"worker-{record.worker}.log"
                 follower = ProgressFollower(leader, progress) if leader.exists() else follower
             if follower is not None:
                 follower()
@@ -255,24 +256,23 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
 def finished_training(worker: _Worker, out_dir: Path) -> bool:
     """Whether a worker wrote its rank's result (after the last epoch: the trainer writes it only then)."""
     for path in out_dir.glob("rank-*.json"):
-        if str(json.loads(path.read_text()).get("elastic_worker")) == worker.process.label:
+        if str(RankResult.read(str(path)).elastic_worker) == worker.process.label:
             return True
     return False
 
 
-def finish(run: ElasticRun, channel: _Channel, driver: Supervised) -> list[dict[str, object]]:
+def finish(run: ElasticRun, channel: _Channel, driver: Supervised) -> list[Event]:
     """The run's events if the driver says the last workers succeeded; RunStopped or LaunchError otherwise."""
-    exits = [e for e in run.events if e["event"] == "exit"]
+    exits = [e.facts for e in run.events if e.event == "exit"]
     if any(e["code"] == STOPPED_EXIT for e in exits):
         raise RunStopped(f"the elastic run's ranks stopped on a signal after a checkpoint (exit status {STOPPED_EXIT}); "
                          f"starting the job again resumes the run. Logs: {run.logs}")
-    result_file = channel.folder / "result.json"
-    result = json.loads(result_file.read_text()) if result_file.exists() else None
-    if result is None or not result["ok"]:
+    result = channel.result()
+    if result is None or not result.ok:
         failed = [e for e in exits if e["code"] != 0]
         last = (f"; the last failure: worker {failed[-1]['worker']} on {failed[-1]['host']} {failed[-1]['why']} "
                 f"(log {run.logs / ('worker-%s.log' % failed[-1]['worker'])})" if failed else "")
-        why = result["error"] if result and result["error"] else "a worker of the last membership failed"
+        why = result.error if result and result.error else "a worker of the last membership failed"
         raise LaunchError(f"the elastic run failed: {why}{last}. Driver log: {driver.log}\n{log_tail(driver.log)}")
     return run.events
 
@@ -297,9 +297,8 @@ class LocalWorkers:
     def hosts(self) -> dict[str, int]:
         return {f"{self.name}-{i}": 1 for i in range(self.slots)}
 
-    def start(self, worker: int, slot: Mapping[str, object], argv: Sequence[str], env: Mapping[str, str],
-              log: Path) -> Supervised:
-        index = int(str(slot["hostname"]).rsplit("-", 1)[1])
+    def start(self, worker: int, slot: Slot, argv: Sequence[str], env: Mapping[str, str], log: Path) -> Supervised:
+        index = int(slot.hostname.rsplit("-", 1)[1])
         command = self.runtime.command(argv, {**env, **self.extra_env}, self.binds)
         return start(str(worker), command, log, self.runtime.process_env(), rank=True, cores=self.cores[index])
 
@@ -308,19 +307,20 @@ class LocalWorkers:
 
 
 
-def timeline(events: Sequence[Mapping[str, object]]) -> dict[str, list[dict[str, object]]]:
+def timeline(events: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, object]]]:
     """The run record's ``elastic`` section from a launch's events (``events.jsonl``): each membership (seconds since
     the start, epoch and step it began at, ranks, hosts, and why it changed: the worker exits and host changes since
-    the one before, and the workers started for it) and each epoch's end (ranks, samples, seconds)."""
+    the one before, and the workers started for it) and each epoch's end (ranks, samples, seconds). Each event as
+    its line of ``events.jsonl`` (:meth:`hvdflow_wire.elastic.Event.to_json`)."""
     memberships: list[dict[str, object]] = []
     epochs: list[dict[str, object]] = []
-    start = float(events[0]["unix"]) if events else 0.0  # type: ignore[arg-type]
+    start = float(events[0]["unix"]) if events else 0.0
     why: list[str] = []
     for e in events:
-        at = round(float(e["unix"]) - start, 3)  # type: ignore[arg-type]
+        at = round(float(e["unix"]) - start, 3)
         if e["event"] == "membership":
             memberships.append({"seconds": at, "epoch": e["epoch"], "step": e["step"], "ranks": e["ranks"],
-                                "hosts": sorted(set(e["hosts"])), "reason": "; ".join(why) or "start"})  # type: ignore[call-overload]
+                                "hosts": sorted(set(e["hosts"])), "reason": "; ".join(why) or "start"})
             why = []
         elif e["event"] == "epoch":
             epochs.append({"seconds": at, "epoch": e["epoch"], "ranks": e["ranks"], "samples": e["samples"],
@@ -328,13 +328,12 @@ def timeline(events: Sequence[Mapping[str, object]]) -> dict[str, list[dict[str,
         elif e["event"] == "exit" and e["code"] != 0:
             why.append(f"worker {e['worker']} on {e['host']} {e['why']}")
         elif e["event"] == "hosts" and memberships:
-            why.append(f"hosts now {describe_hosts(e['hosts'])}")  # type: ignore[arg-type]
+            why.append(f"hosts now {describe_hosts(e['hosts'])}")
         elif e["event"] == "start" and memberships:
-            why.append(f"worker {e['worker']} started on {e['slot']['hostname']}")  # type: ignore[index]
+            why.append(f"worker {e['worker']} started on {e['slot']['hostname']}")
     return {"memberships": memberships, "epochs": epochs}
 
 
-def read_events(logs: Path) -> list[dict[str, object]]:
-    """The events of the last elastic launch whose logs are in ``logs``."""
-    path = logs / EVENTS
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+def read_events(logs: Path) -> list[dict[str, Any]]:
+    """The events of the last elastic launch whose logs are in ``logs``, each as its line of ``events.jsonl``."""
+    return [event.to_json() for event in EventReader(str(logs / EVENTS)).new()]

@@ -18,8 +18,9 @@ TRAINER_MOUNT = "/opt/hvdflow"
 NUMERICS_ENV = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA")
 """Variables that choose TensorFlow's CPU kernels, passed from the caller into the container when set (the native
 runtime inherits them): ``ONEDNN_MAX_CPU_ISA=AVX2`` gives an AVX-512 machine an AVX2 machine's weights."""
-CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate")
-"""The packages the in-container code needs: the trainer, and the index and checkpoint formats it shares with the host."""
+CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate", "hvdflow_wire")
+"""The packages the in-container code needs: the trainer, and the index and checkpoint formats and the files between
+processes it shares with the host."""
 
 
 def package_dir(name: str) -> Path:

@@ -21,7 +21,7 @@ import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow import __version__, code_location
 from hvdflow.config.profile import ClusterProfile
@@ -33,6 +33,7 @@ from hvdflow.launch.elastic import read_events, timeline
 from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
 from hvdflow_index import content_sha256
+from hvdflow_wire.rank import RankResult
 
 RECORD_VERSION = 1
 """The shape of run.json; raised whenever a key changes meaning or goes away."""
@@ -106,11 +107,11 @@ def epoch_metrics(history_csv: Path) -> list[dict[str, float]]:
         return [{key: float(value) for key, value in row.items() if value != ""} for row in csv.DictReader(handle)]
 
 
-def _machines(results: list[dict[str, object]]) -> dict[str, Any]:
+def _machines(results: Sequence[RankResult]) -> dict[str, Any]:
     """Each host's CPU, GPUs and driver, as its first rank saw them."""
     machines: dict[str, Any] = {}
     for result in results:
-        machines.setdefault(str(result["hostname"]), result["machine"])
+        machines.setdefault(result.hostname, result.machine)
     return machines
 
 
@@ -144,7 +145,7 @@ def image_check_path(image_record: Path) -> Path:
 
 
 def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], profile: ClusterProfile,
-               image_record: Path, index: Path, out_dir: Path, logs_dir: Path, results: list[dict[str, object]],
+               image_record: Path, index: Path, out_dir: Path, logs_dir: Path, results: Sequence[RankResult],
                started: float, ended: float) -> dict[str, Any]:
     """The record of experiment ``name``, trained into ``out_dir`` with ranks' ``results``."""
     image = json.loads(image_record.read_text())
@@ -166,20 +167,21 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "launcher": profile.launcher,
         "code": {**_git_revision(code_location()), "hvdflow_source": str(code_location())},
         "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
-        "versions": {"tensorflow": results[0]["tensorflow"], "horovod": results[0]["horovod"],
-                     "python_in_runtime": results[0]["python"], "python_host": platform.python_version(),
+        "versions": {"tensorflow": results[0].tensorflow, "horovod": results[0].horovod,
+                     "python_in_runtime": results[0].python, "python_host": platform.python_version(),
                      "hvdflow": __version__, "udocker": _package_version("udocker"),
                      "snakemake": _package_version("snakemake"),
                      "slurm": _slurm_version() if profile.slurm else None},
         "proot": _proot_engine(profile, image),
         "machines": _machines(results),
-        "numerics": results[0]["numerics"],
-        "ranks": [{k: r[k] for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices", "cpus",
-                                     "threads", "controller", "weights_sha256", "first_step_unix")} for r in results],
+        "numerics": results[0].numerics,
+        "ranks": [{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
+                                              "cpus", "threads", "controller", "weights_sha256", "first_step_unix")}
+                  for r in results],
         "cpu_bind": profile.cpu_bind,
-        "hosts": sorted({str(r["hostname"]) for r in results}),
+        "hosts": sorted({r.hostname for r in results}),
         "slurm": slurm_record(logs_dir) if profile.slurm else None,
-        "weights_sha256": results[0]["weights_sha256"],
+        "weights_sha256": results[0].weights_sha256,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ended)),
         "seconds": round(ended - started, 3),

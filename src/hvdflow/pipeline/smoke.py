@@ -39,8 +39,8 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
     summary: dict[str, object] = {
         "launcher": launcher,
         "ranks": ranks,
-        "controller": results[0]["controller"],
-        "weights_sha256": results[0]["weights_sha256"],
+        "controller": results[0].controller,
+        "weights_sha256": results[0].weights_sha256,
         "val_accuracy": metrics["final"]["val_accuracy"],
         "image": record.image,
         "reference": record.reference,
@@ -48,8 +48,8 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
         "container": record.container,
         "execmode": record.execmode,
         "proot": str(udocker.proot),
-        "tensorflow": results[0]["tensorflow"],
-        "horovod": results[0]["horovod"],
+        "tensorflow": results[0].tensorflow,
+        "horovod": results[0].horovod,
     }
     write_json_atomic(out_dir / "summary.json", summary)
     return summary

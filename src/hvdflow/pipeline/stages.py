@@ -40,6 +40,8 @@ from hvdflow.pipeline.resume import (
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
+from hvdflow_wire import WireError
+from hvdflow_wire.rank import RankResult
 
 LAUNCHERS = ("gloo", "mpi")
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
@@ -88,7 +90,7 @@ def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, lo
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
           identity: Mapping[str, object], iface: str = "lo", fail: Optional[str] = None,
           slurm: Optional[SlurmCluster] = None, timeout: Optional[float] = None, progress: Optional[Path] = None,
-          cpu_bind: str = "cores", elastic: Optional[ElasticSettings] = None) -> list[dict[str, object]]:
+          cpu_bind: str = "cores", elastic: Optional[ElasticSettings] = None) -> list[RankResult]:
     """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
 
     Rank logs and the rendezvous port file go to ``logs_dir``; outputs to ``out_dir``, checkpoints to
@@ -201,7 +203,7 @@ def final_size(out_dir: Path) -> int:
     """How many ranks an elastic run ended with (rank 0's result says; 1 where there is none, so that the check of
     the results names rank 0's missing file)."""
     rank0 = out_dir / "rank-0.json"
-    return int(json.loads(rank0.read_text())["size"]) if rank0.exists() else 1
+    return read_rank_result(rank0).size if rank0.exists() else 1
 
 
 def failure_args(fail: Optional[str]) -> list[str]:
@@ -217,19 +219,27 @@ def failure_args(fail: Optional[str]) -> list[str]:
             + (["--fail-once"] if "once" in how else []))
 
 
-def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[dict[str, object]]:
-    """Every rank's ``rank-<r>.json``; LaunchError if one is missing, ended before the last epoch, or the final
-    weights differ."""
+def read_rank_result(path: Path) -> RankResult:
+    """A rank's ``rank-<r>.json``; LaunchError naming the file and what is wrong if it is malformed."""
+    try:
+        return RankResult.read(str(path))
+    except WireError as exc:
+        raise LaunchError(f"a malformed rank result: {exc}") from None
+
+
+def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[RankResult]:
+    """Every rank's ``rank-<r>.json``; LaunchError if one is missing or malformed, ended before the last epoch, or
+    the final weights differ."""
     results = []
     for rank in range(ranks):
         path = out_dir / f"rank-{rank}.json"
         if not path.exists():
             raise LaunchError(f"rank {rank} exited 0 but wrote no result {path}")
-        result = json.loads(path.read_text())
-        if result.get("epochs_done") != epochs:
-            raise LaunchError(f"rank {rank} exited 0 after {result.get('epochs_done')} of {epochs} epochs ({path})")
+        result = read_rank_result(path)
+        if result.epochs_done != epochs:
+            raise LaunchError(f"rank {rank} exited 0 after {result.epochs_done} of {epochs} epochs ({path})")
         results.append(result)
-    hashes = [str(r["weights_sha256"]) for r in results]
+    hashes = [r.weights_sha256 for r in results]
     if len(set(hashes)) != 1:
         raise LaunchError(f"ranks ended with different weights: {[h[:12] for h in hashes]}")
     return results

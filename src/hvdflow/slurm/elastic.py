@@ -19,11 +19,12 @@ from typing import Mapping, Optional, Sequence
 
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
-from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.runtime import Runtime, UdockerRuntime
 from hvdflow.launch.supervise import Supervised, signal_group, start
 from hvdflow.slurm.jobinfo import healthy_nodes
 from hvdflow.slurm.rank_task import DROP_SIGNAL
+from hvdflow_wire.elastic import Slot
+from hvdflow_wire.task import NvidiaSetup, TaskFile
 
 HOSTS_CACHE = 5.0
 """Seconds one answer of Slurm about the job's healthy nodes is used for."""
@@ -58,18 +59,17 @@ class SlurmWorkers:
             self._asked = now
         return dict(self._known)
 
-    def start(self, worker: int, slot: Mapping[str, object], argv: Sequence[str], env: Mapping[str, str],
-              log: Path) -> Supervised:
+    def start(self, worker: int, slot: Slot, argv: Sequence[str], env: Mapping[str, str], log: Path) -> Supervised:
         """Start ``argv`` as a one-task step on the slot's node; srun's own output beside ``log``."""
         gpus = self.cluster.gpus_per_node > 0
-        task = {"argv": self.runtime.command(argv, {}, self.binds, hostenv=True), "logs": str(self.logs),
-                "log": str(log), "launcher": "gloo", "elastic": True, "network_interface": self.cluster.network_interface,
-                "max_ranks_per_node": self.slots_per_node,
-                "nvidia": ({"udocker_dir": str(self.runtime.udocker.udocker_dir), "container": self.runtime.container}
-                           if gpus and isinstance(self.runtime, UdockerRuntime) else None)}
+        task = TaskFile(argv=self.runtime.command(argv, {}, self.binds, hostenv=True), logs=str(self.logs),
+                        log=str(log), launcher="gloo", elastic=True, network_interface=self.cluster.network_interface,
+                        max_ranks_per_node=self.slots_per_node,
+                        nvidia=(NvidiaSetup(str(self.runtime.udocker.udocker_dir), self.runtime.container)
+                                if gpus and isinstance(self.runtime, UdockerRuntime) else None))
         task_file = self.logs / f"task-{worker}.json"
-        write_json_atomic(task_file, task)
-        srun = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={slot['hostname']}",
+        task.write(str(task_file))
+        srun = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={slot.hostname}",
                 f"--cpus-per-task={self.cpus_per_task}", f"--cpu-bind={self.cluster.cpu_bind}", "--overlap",
                 "--kill-on-bad-exit=0", *(["--gres=gpu:1"] if gpus else []), *self.cluster.srun_extra,
                 sys.executable, "-m", "hvdflow.slurm.rank_task", str(task_file)]

@@ -40,6 +40,7 @@ from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_DATASET, NO_SWEEP, read_reports
 from hvdflow_runstate import STOPPED_LINE_END
+from hvdflow_wire.task import NvidiaSetup, TaskFile
 
 CLEANUP_TIMEOUT = 300.0
 
@@ -210,12 +211,12 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
             return staged
         inner = runtime.command(job.argv(staged if job.dataset_dir else None), {}, [logs, job.out_dir, staged.parent],
                                 hostenv=True)
-        task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
-                "network_interface": cluster.network_interface,
-                "rendezvous": str(logs / "rendezvous.json"), "max_ranks_per_node": max_tasks_per_node(ranks, nodes),
-                "nvidia": ({"udocker_dir": str(runtime.udocker.udocker_dir), "container": runtime.container}
-                           if gpus and isinstance(runtime, UdockerRuntime) else None)}
-        write_json_atomic(logs / "task.json", task)
+        task = TaskFile(argv=inner, logs=str(logs), result=str(job.out_dir / "rank-{rank}.json"), launcher=launcher,
+                        network_interface=cluster.network_interface,
+                        rendezvous=str(logs / "rendezvous.json"), max_ranks_per_node=max_tasks_per_node(ranks, nodes),
+                        nvidia=(NvidiaSetup(str(runtime.udocker.udocker_dir), runtime.container)
+                                if gpus and isinstance(runtime, UdockerRuntime) else None))
+        task.write(str(logs / "task.json"))
         rank_program = _python("hvdflow.slurm.rank_task", str(logs / "task.json"))
         if launcher == "gloo":
             _train_gloo(runtime, cluster, srun_argv(cluster, ranks, nodes, rank_program, cpus_per_task), logs, env,

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Mapping
+from typing import BinaryIO, Mapping
 
 from hvdflow.errors import HvdflowError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
@@ -32,6 +32,7 @@ from hvdflow.launch.rank_env import horovod_gloo_env
 from hvdflow.launch.supervise import STOP_SIGNALS, ignore_stop_signals
 from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_wire.task import TaskFile
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
 RANK_TASK_HEADER = "# hvdflow rank task, job "
@@ -61,15 +62,15 @@ def setup_nvidia_once(udocker_dir: Path, container: str) -> str:
     return f"udocker set up for NVIDIA ({driver})"
 
 
-def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[int, dict[str, str], list[str]]:
+def rank_environment(task: TaskFile, env: Mapping[str, str]) -> tuple[int, dict[str, str], list[str]]:
     """This task's rank, the environment its command runs with, and notes for its log.
 
     An elastic worker's placement comes from Horovod's driver (``HOROVOD_*`` in ``env``, :mod:`hvdflow.launch.elastic`),
     not from Slurm's task variables: each worker is a one-task step."""
     host = os.uname().nodename
-    gloo = task["launcher"] == "gloo" and not task.get("elastic")
+    gloo = task.launcher == "gloo" and not task.elastic
     placement = slurm_placement(env) if gloo else None
-    if task.get("elastic"):
+    if task.elastic:
         rank, local_rank = int(env["HOROVOD_RANK"]), int(env["HOROVOD_LOCAL_RANK"])
     else:
         rank = placement.rank if placement else global_rank_of(env)
@@ -78,24 +79,24 @@ def rank_environment(task: Mapping[str, Any], env: Mapping[str, str]) -> tuple[i
     notes = [f"rank {rank} (local rank {local_rank}) on {host}, CPUs {cpu_list(os.sched_getaffinity(0))} "
              f"(SLURM_CPUS_PER_TASK={env.get('SLURM_CPUS_PER_TASK', 'unset')}, "
              f"SLURM_CPU_BIND={env.get('SLURM_CPU_BIND', 'unset')})"]
-    local_size = (int(env["HOROVOD_LOCAL_SIZE"]) if task.get("elastic") else
+    local_size = (int(env["HOROVOD_LOCAL_SIZE"]) if task.elastic else
                   placement.local_size if placement else local_size_of(env))
-    if local_size > task["max_ranks_per_node"]:
+    if local_size > task.max_ranks_per_node:
         raise LaunchError(f"rank {rank}: Slurm placed {local_size} ranks on {host}, the job's plan allows at most "
-                          f"{task['max_ranks_per_node']} per node (ceil(ranks / nodes)); check the job's --ntasks-per-node")
+                          f"{task.max_ranks_per_node} per node (ceil(ranks / nodes)); check the job's --ntasks-per-node")
     gpu = gpu_for_rank(env.get("CUDA_VISIBLE_DEVICES"), local_rank, local_size, host)
     if gpu is not None:
         child["CUDA_VISIBLE_DEVICES"] = gpu
         notes.append(f"GPU {gpu} of {env.get('CUDA_VISIBLE_DEVICES')}")
-        if task.get("nvidia"):
-            notes.append(setup_nvidia_once(Path(task["nvidia"]["udocker_dir"]), task["nvidia"]["container"]))
+        if task.nvidia:
+            notes.append(setup_nvidia_once(Path(task.nvidia.udocker_dir), task.nvidia.container))
     if placement is not None:
-        rendezvous = json.loads(Path(task["rendezvous"]).read_text())
-        iface = rank_interface(task["network_interface"], rendezvous["addr"])
+        rendezvous = json.loads(Path(task.rendezvous).read_text())
+        iface = rank_interface(task.network_interface, rendezvous["addr"])
         child.update(horovod_gloo_env(placement, rendezvous["addr"], int(rendezvous["port"]), iface))
         notes.append(f"Gloo rendezvous {rendezvous['addr']}:{rendezvous['port']} over {iface}")
-    if task.get("elastic"):
-        iface = rank_interface(task["network_interface"], env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
+    if task.elastic:
+        iface = rank_interface(task.network_interface, env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         child["HOROVOD_GLOO_IFACE"] = iface
         notes.append(f"elastic worker {env.get('HVDFLOW_ELASTIC_WORKER')}, Horovod's driver at "
                      f"{env['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{env['HOROVOD_GLOO_RENDEZVOUS_PORT']} over {iface}")
@@ -146,32 +147,32 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
 
 def main(argv: list[str]) -> int:
     """Run this task's rank and exit with its status; exit 1 with a message if the task cannot be placed."""
-    task = json.loads(Path(argv[0]).read_text())
+    task = TaskFile.read(argv[0])
     try:
         rank, env, notes = rank_environment(task, os.environ)
     except HvdflowError as exc:
         print(f"hvdflow rank task on {os.uname().nodename}: error: {exc}", file=sys.stderr)
         return 1
-    logs = Path(task["logs"])
-    log_path = Path(task["log"]) if task.get("elastic") else logs / f"rank-{rank}.log"
+    logs = Path(task.logs)
+    log_path = Path(task.log) if task.elastic else logs / f"rank-{rank}.log"
     with open(log_path, "ab") as log:  # appended: a requeued or retried job keeps every attempt's
         restart = os.environ.get("SLURM_RESTART_COUNT", "0")
         log.write((f"{RANK_TASK_HEADER}{os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n" + "".join(f"# {note}\n" for note in notes)
-                   + f"$ {' '.join(task['argv'])}\n").encode())
+                   + f"$ {' '.join(task.argv)}\n").encode())
         log.flush()
         try:
-            code = run_forwarding_signals(task["argv"], log, env, drop=bool(task.get("elastic")))
+            code = run_forwarding_signals(task.argv, log, env, drop=task.elastic)
         except OSError as exc:
-            log.write(f"hvdflow rank task: cannot run {task['argv'][0]}: {exc.strerror}\n".encode())
+            log.write(f"hvdflow rank task: cannot run {task.argv[0]}: {exc.strerror}\n".encode())
             code = 127
-    if task.get("elastic"):  # its launcher reads the status and the rank's result itself
+    if task.elastic:  # its launcher reads the status and the rank's result itself
         return code if code >= 0 else 128 - code
     where = {"rank": rank, "host": os.uname().nodename, "unix": time.time()}
     if code == STOPPED_EXIT:
         write_json_atomic(logs / f"rank-{rank}.stopped.json", where)
         return code
-    reason = exit_reason(code, Path(task["result"].format(rank=rank)))
+    reason = exit_reason(code, Path(task.result.format(rank=rank)))
     if reason is not None:
         write_json_atomic(logs / f"rank-{rank}.failed.json", {**where, "reason": reason})
         return code if code > 0 else 1 if code == 0 else 128 - code

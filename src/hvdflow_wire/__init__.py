@@ -1,0 +1,22 @@
+"""The files one process of a training writes and another reads, defined once for both sides of the seam.
+
+Each file is a typed value (a frozen dataclass) with one writer and one reader, and the reader validates what it
+reads: a missing key, a key of the wrong type, an unknown key or text that is not JSON is a :class:`WireError` that
+names the file (and, for JSON lines, the line), never data.
+
+- :mod:`.task` (``task.json``, ``task-<worker>.json``): what a Slurm rank task runs, written by the Slurm launcher,
+  read by ``hvdflow.slurm.rank_task`` on the rank's node.
+- :mod:`.rank` (``rank-<r>.json``): a rank's result, written by the trainer after its last epoch, read by the
+  pipeline (the check of the results, the run record, the smoke job) and the elastic launcher.
+- :mod:`.elastic`: the files of an elastic run, between the launcher on the host, Horovod's driver in the image and
+  rank 0 of the trainer: ``hosts.json``, ``requests.jsonl``, ``exits.jsonl``, ``result.json``,
+  ``membership.jsonl``, and the launcher's own ``events.jsonl``.
+- :mod:`.lines`: appending and reading JSON lines (a line still being written is not read until it is complete).
+- :mod:`.values`: the checks every reader shares and the atomic write every writer shares.
+
+Standard library only, Python 3.8 grammar; imports neither ``hvdflow`` nor ``hvdflow_trainer``.
+"""
+
+from .values import WireError
+
+__all__ = ["WireError"]
