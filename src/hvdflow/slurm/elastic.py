@@ -20,7 +20,7 @@ from typing import Mapping, Optional, Sequence
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.launch.runtime import Runtime, UdockerRuntime
+from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import Supervised, signal_group, start
 from hvdflow.slurm.jobinfo import healthy_nodes
 from hvdflow.slurm.rank_task import DROP_SIGNAL
@@ -65,8 +65,7 @@ class SlurmWorkers:
         task = {"argv": self.runtime.command(argv, {}, self.binds, hostenv=True), "logs": str(self.logs),
                 "log": str(log), "launcher": "gloo", "elastic": True, "network_interface": self.cluster.network_interface,
                 "max_ranks_per_node": self.slots_per_node,
-                "nvidia": ({"udocker_dir": str(self.runtime.udocker.udocker_dir), "container": self.runtime.container}
-                           if gpus and isinstance(self.runtime, UdockerRuntime) else None)}
+                "nvidia": self.runtime.gpu_setup() if gpus else None}
         task_file = self.logs / f"task-{worker}.json"
         write_json_atomic(task_file, task)
         srun = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={slot['hostname']}",

@@ -32,7 +32,7 @@ from hvdflow.launch.elastic import ElasticSettings, launch_elastic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
-from hvdflow.launch.runtime import Runtime, UdockerRuntime
+from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.elastic import SlurmWorkers
 from hvdflow.slurm.jobinfo import current_job, job_nodes
@@ -213,8 +213,7 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
         task = {"argv": inner, "logs": str(logs), "result": str(job.out_dir / "rank-{rank}.json"), "launcher": launcher,
                 "network_interface": cluster.network_interface,
                 "rendezvous": str(logs / "rendezvous.json"), "max_ranks_per_node": max_tasks_per_node(ranks, nodes),
-                "nvidia": ({"udocker_dir": str(runtime.udocker.udocker_dir), "container": runtime.container}
-                           if gpus and isinstance(runtime, UdockerRuntime) else None)}
+                "nvidia": runtime.gpu_setup() if gpus else None}
         write_json_atomic(logs / "task.json", task)
         rank_program = _python("hvdflow.slurm.rank_task", str(logs / "task.json"))
         if launcher == "gloo":
