@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
@@ -265,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "libraries, CUDA); exit 1 naming every missing part and what it blocks")
     _pull_args(check)
     check.add_argument("--purposes", default=None, help="train,prepare (default: the catalogue's purposes)")
-    check.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo", help="the controller training needs")
+    check.add_argument("--launcher", choices=LAUNCHERS, default="gloo", help="the controller training needs")
     check.add_argument("--sources", default=None, help="the dataset sources it must prepare (default: all)")
     check.add_argument("--proot", choices=PROOT_ENGINES, default="image", help="the proot of udocker's P1/P2")
     check.set_defaults(func=cmd_image_check)
@@ -289,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     smoke = sub.add_parser("smoke", help="train the digits MLP with Horovod ranks in the container")
     _pull_args(smoke)
-    smoke.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo")
+    smoke.add_argument("--launcher", choices=LAUNCHERS, default="gloo")
     smoke.add_argument("--proot", choices=PROOT_ENGINES, default="image",
                        help="the proot of udocker's P1/P2: the image's (default) or the host's /usr/bin/proot")
     smoke.add_argument("--ranks", type=int, default=2)

@@ -24,6 +24,7 @@ from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import Supervised, signal_group, start
 from hvdflow.slurm.jobinfo import healthy_nodes
 from hvdflow.slurm.rank_task import DROP_SIGNAL
+from hvdflow.slurm.srun import rank_program, worker_step
 
 HOSTS_CACHE = 5.0
 """Seconds one answer of Slurm about the job's healthy nodes is used for."""
@@ -68,10 +69,7 @@ class SlurmWorkers:
                 "nvidia": self.runtime.gpu_setup() if gpus else None}
         task_file = self.logs / f"task-{worker}.json"
         write_json_atomic(task_file, task)
-        srun = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={slot['hostname']}",
-                f"--cpus-per-task={self.cpus_per_task}", f"--cpu-bind={self.cluster.cpu_bind}", "--overlap",
-                "--kill-on-bad-exit=0", *(["--gres=gpu:1"] if gpus else []), *self.cluster.srun_extra,
-                sys.executable, "-m", "hvdflow.slurm.rank_task", str(task_file)]
+        srun = worker_step(self.cluster, str(slot["hostname"]), self.cpus_per_task, rank_program(sys.executable, task_file))
         process = start(str(worker), srun, log.with_suffix(".srun.log"), {**self.env, **env})
         return dataclasses.replace(process, log=log)
 
