@@ -16,7 +16,7 @@ from hvdflow.config.profile import RUNTIMES
 from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
-from hvdflow.launch.runtime.base import BUILDERS
+from hvdflow.launch.runtime.base import KINDS
 
 RUNTIME_PACKAGE = REPO / "src" / "hvdflow" / "launch" / "runtime"
 
@@ -38,11 +38,11 @@ def runtimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Runti
                                catalog=REPO / "containers" / "catalog.yaml", allow_root=True)
     record = _record(tmp_path / "udocker")
     return {kind: make_runtime(RuntimeSettings(kind, settings.proot, settings.native_venv_dir, settings.catalog,
-                                               settings.allow_root), record) for kind in BUILDERS}
+                                               settings.allow_root), record) for kind in KINDS}
 
 
 def test_the_factory_builds_every_runtime_a_profile_may_name() -> None:
-    assert tuple(BUILDERS) == RUNTIMES == ("udocker", "native")
+    assert tuple(KINDS) == RUNTIMES == ("udocker", "native")
 
 
 @pytest.mark.parametrize("kind", ["udocker", "native"])
@@ -108,3 +108,14 @@ def test_no_module_outside_the_runtime_package_imports_a_runtime_of_its_own() ->
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n in concrete]
     assert not offenders
+
+
+def test_the_record_names_udockers_proot_and_no_engine_for_a_native_run(tmp_path: Path) -> None:
+    from hvdflow.launch.runtime import recorded_engine
+
+    image = {"udocker_dir": str(tmp_path), "container": "c1"}
+    assert recorded_engine(RuntimeSettings("native", allow_root=True), image) is None
+    host = recorded_engine(RuntimeSettings("udocker", proot="host", allow_root=True), image)
+    assert host is not None and host["choice"] == "host" and host["binary"] == "/usr/bin/proot" and len(host["sha256"]) == 64
+    carried = recorded_engine(RuntimeSettings("udocker", proot="image", allow_root=True), image)
+    assert carried is not None and carried["binary"] is None and "carries no proot" in carried["note"]

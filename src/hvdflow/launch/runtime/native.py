@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord
@@ -41,6 +41,11 @@ class NativeRuntime:
     def engine(self) -> dict[str, str]:
         """The engine that runs the commands, for the record: the venv's interpreter."""
         return {"python": str(self.python)}
+
+
+def native_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """None: the run record's engine (udocker's proot) has no part in a native run."""
+    return None
 
 
 def native_runtime(settings: RuntimeSettings, record: ContainerRecord) -> NativeRuntime:

@@ -6,8 +6,10 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
+from hvdflow.errors import UdockerError
+from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
@@ -66,6 +68,16 @@ def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Udock
     udocker_dir = Path(record.udocker_dir)
     proot = engine_binary(udocker_dir, record.container, settings.proot)
     return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container)
+
+
+def udocker_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The proot that ran udocker's P1/P2 modes, for the run record: the profile's choice, the binary and its sha256
+    (the binary None, with a note, where the container does not carry the chosen one)."""
+    try:
+        binary = engine_binary(Path(image["udocker_dir"]), image["container"], settings.proot)
+    except UdockerError as exc:
+        return {"choice": settings.proot, "binary": None, "sha256": None, "note": str(exc)}
+    return {"choice": settings.proot, "binary": str(binary), "sha256": sha256_file(binary)}
 
 
 def nvidia_driver_version() -> str | None:
