@@ -278,7 +278,7 @@ def train_command_lines(tree: Path, profile: str, recorder: Path) -> str:
     """
     from hvdflow.config.profile import load_profile
     from hvdflow.launch.cpus import slurm_plan
-    from hvdflow.slurm.launch import srun_argv
+    from hvdflow.slurm.srun import ranks_step
 
     _edit(tree / "config" / "config.yaml", lambda c: c.update(experiments={"golden": GOLDEN_EXPERIMENT}))
     argv = _recorded_sbatch(tree, profile, recorder)
@@ -291,7 +291,7 @@ def train_command_lines(tree: Path, profile: str, recorder: Path) -> str:
     # the job's --cpus-per-task (none: Slurm's 1), which the train step learns from Slurm
     [cpus] = [a.split("=")[1] for a in argv if a.startswith("--cpus-per-task=")] or ["1"]
     plan = slurm_plan(8, int(cpus), cluster.cpu_bind)
-    srun = srun_argv(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"], plan.threads)
+    srun = ranks_step(cluster, 8, 2, ["PYTHON", "-m", "hvdflow.slurm.rank_task", "TASK.json"], plan.threads)
     return f"{' '.join(sbatch)}\n{' '.join(srun)}\n"
 
 

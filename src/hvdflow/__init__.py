@@ -16,9 +16,10 @@ The rooms, from the bottom floor up (a module imports only from its own floor or
 - ``cli``: the ``hvdflow`` command.
 
 A training goes down the floors once and never back up: the rule ``train`` calls
-:func:`hvdflow.pipeline.steps.train_rule` → :func:`hvdflow.pipeline.stages.train`, which chooses, in one place, the
-local launcher (:mod:`hvdflow.launch.local`) or the Slurm launcher (:func:`hvdflow.slurm.launch.launch_slurm`: a
-staging step → ``srun python -m hvdflow.slurm.rank_task`` per rank → a clean-up step); each hands the runtime's
+:func:`hvdflow.pipeline.steps.train_rule` → :func:`hvdflow.pipeline.stages.train` →
+:func:`hvdflow.pipeline.dispatch.launch`, which chooses, in one place, a local launcher (:mod:`hvdflow.launch.local`,
+:mod:`hvdflow.launch.elastic`) or a Slurm launcher (:mod:`hvdflow.slurm.launch`: a staging step →
+``srun python -m hvdflow.slurm.rank_task`` per rank → a clean-up step); each hands the runtime's
 command to :mod:`hvdflow.launch.supervise`, which starts and stops the processes.
 
 The seam: nothing here imports TensorFlow or Horovod, nor the in-container package ``hvdflow_trainer``, which runs

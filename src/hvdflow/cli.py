@@ -8,14 +8,13 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
+from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
-from hvdflow.images.udocker_tools import engine_binary
 
 
 def default_udocker_dir() -> Path:
@@ -96,15 +95,14 @@ def cmd_image_check(args: argparse.Namespace) -> int:
     """Pull (or take the loaded) image, start it once and print what it holds against what jobs need of it."""
     from hvdflow.errors import ImageError
     from hvdflow.launch.image_check import SOURCE_MODULES, check_image, needs_of, refusal, table
-    from hvdflow.launch.runtime import UdockerRuntime
+    from hvdflow.launch.runtime import RuntimeSettings, make_runtime
 
     udocker, record = _pull(args)
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
     purposes = args.purposes.split(",") if args.purposes else list(spec.purposes)
     sources = args.sources.split(",") if args.sources else sorted(SOURCE_MODULES)
     needs = needs_of(purposes, args.launcher, spec.device == "gpu", sources)
-    runtime = UdockerRuntime(replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, args.proot)),
-                             record.container)
+    runtime = make_runtime(RuntimeSettings("udocker", proot=args.proot, allow_root=args.allow_root), record)
     check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
     sys.stdout.write(table(spec.name, record.digest, check.parts))
     problem = refusal(spec.name, check.parts)
@@ -167,11 +165,12 @@ def cmd_image_push(args: argparse.Namespace) -> int:
 
 def cmd_smoke(args: argparse.Namespace) -> int:
     """Pull the image and train the digits MLP with N ranks; print the summary."""
+    from hvdflow.launch.runtime import RuntimeSettings, make_runtime
     from hvdflow.pipeline.smoke import run_smoke
 
-    udocker, record = _pull(args)
-    udocker = replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, args.proot))
-    summary = run_smoke(udocker, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
+    _, record = _pull(args)
+    runtime = make_runtime(RuntimeSettings("udocker", proot=args.proot, allow_root=args.allow_root), record)
+    summary = run_smoke(runtime, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
 
@@ -267,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "libraries, CUDA); exit 1 naming every missing part and what it blocks")
     _pull_args(check)
     check.add_argument("--purposes", default=None, help="train,prepare (default: the catalogue's purposes)")
-    check.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo", help="the controller training needs")
+    check.add_argument("--launcher", choices=LAUNCHERS, default="gloo", help="the controller training needs")
     check.add_argument("--sources", default=None, help="the dataset sources it must prepare (default: all)")
     check.add_argument("--proot", choices=PROOT_ENGINES, default="image", help="the proot of udocker's P1/P2")
     check.set_defaults(func=cmd_image_check)
@@ -291,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     smoke = sub.add_parser("smoke", help="train the digits MLP with Horovod ranks in the container")
     _pull_args(smoke)
-    smoke.add_argument("--launcher", choices=("gloo", "mpi"), default="gloo")
+    smoke.add_argument("--launcher", choices=LAUNCHERS, default="gloo")
     smoke.add_argument("--proot", choices=PROOT_ENGINES, default="image",
                        help="the proot of udocker's P1/P2: the image's (default) or the host's /usr/bin/proot")
     smoke.add_argument("--ranks", type=int, default=2)

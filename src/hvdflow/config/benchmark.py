@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from hvdflow.config.profile import RUNTIMES
 from hvdflow.errors import ConfigError
 
 MODELS = ("mlp", "small-cnn", "resnet50")
 """The models ``hvdflow_trainer.models`` builds (the seam forbids importing it; a test compares the two)."""
 ALLREDUCE = "allreduce"
-RUNTIMES = ("udocker", "native")
-NAME_PATTERN = r"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>udocker|native)-(?P<rep>\d+)"
+NAME_PATTERN = rf"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>{'|'.join(RUNTIMES)})-(?P<rep>\d+)"
 """How a measurement's name reads back (:attr:`Measurement.name`)."""
 
 

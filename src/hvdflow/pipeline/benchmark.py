@@ -20,9 +20,11 @@ from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic, write_text_atomic
 from hvdflow.launch.job import TrainingJob
+from hvdflow.launch.request import LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note
-from hvdflow.pipeline.stages import cpu_plan, launch_ranks
+from hvdflow.pipeline.dispatch import launch
+from hvdflow.pipeline.stages import cpu_plan
 from hvdflow.slurm.jobinfo import current_job, start_time
 
 Z95 = 1.96
@@ -47,7 +49,7 @@ def measure(runtime: Runtime, launcher: str, spec: BenchmarkSpec, measurement: M
         job = TrainingJob([*spec.program_args(measurement.kind), "--threads", str(cpus.threads), "--launched",
                            repr(launched)], measurement.ranks, measurement.nodes, None, work, logs_dir,
                           module="hvdflow_trainer.benchmark")
-        launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
+        launch(runtime, LaunchRequest(job, launcher, cpus, slurm=slurm, iface=iface, timeout=timeout, progress=progress))
         result_file = work / "rank-0.json"
         if not result_file.exists():
             raise LaunchError(f"benchmark {measurement.name}: the ranks exited 0 but rank 0 wrote no {result_file}")

@@ -25,11 +25,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow import __version__, code_location
 from hvdflow.config.profile import ClusterProfile
-from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.images.lockfile import read_lock
-from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.elastic import read_events, timeline
+from hvdflow.launch.runtime import RuntimeSettings, recorded_engine
 from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
 from hvdflow_index import content_sha256
@@ -86,17 +85,6 @@ def _slurm_version() -> Optional[str]:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-
-def _proot_engine(profile: ClusterProfile, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """The proot that ran udocker's P1/P2 modes: the profile's choice, the binary and its sha256 (None: native)."""
-    if profile.runtime != "udocker":
-        return None
-    try:
-        binary = engine_binary(Path(image["udocker_dir"]), image["container"], profile.proot)
-    except UdockerError as exc:
-        return {"choice": profile.proot, "binary": None, "sha256": None, "note": str(exc)}
-    return {"choice": profile.proot, "binary": str(binary), "sha256": sha256_file(binary)}
 
 
 def epoch_metrics(history_csv: Path) -> list[dict[str, float]]:
@@ -172,7 +160,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                      "hvdflow": __version__, "udocker": _package_version("udocker"),
                      "snakemake": _package_version("snakemake"),
                      "slurm": _slurm_version() if profile.slurm else None},
-        "proot": _proot_engine(profile, image),
+        "proot": recorded_engine(RuntimeSettings.of_profile(profile, Path(config["catalog"])), image),
         "machines": _machines(results),
         "numerics": results[0].numerics,
         "ranks": [{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",

@@ -9,8 +9,7 @@ from pathlib import Path
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.pull import ContainerRecord
-from hvdflow.images.udocker import Udocker
-from hvdflow.launch.runtime import UdockerRuntime
+from hvdflow.launch.runtime import Runtime
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import prepare_dataset, train
 
@@ -24,10 +23,9 @@ def smoke_spec(ranks: int, epochs: int) -> TrainSpec:
                      momentum=0.9, warmup_epochs=1, seed=1234)
 
 
-def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: int, out_dir: Path, epochs: int = 5,
+def run_smoke(runtime: Runtime, record: ContainerRecord, launcher: str, ranks: int, out_dir: Path, epochs: int = 5,
               fail_rank: int = -1) -> dict[str, object]:
-    """Run the smoke job in ``record``'s container; write and return ``summary.json``."""
-    runtime = UdockerRuntime(udocker, record.container)
+    """Run the smoke job in ``runtime`` (``record``'s container); write and return ``summary.json``."""
     (out_dir / "summary.json").unlink(missing_ok=True)
     dataset = out_dir / "dataset"
     prepare_dataset(runtime, DIGITS, dataset, out_dir / "logs" / "prepare.log")
@@ -47,7 +45,7 @@ def run_smoke(udocker: Udocker, record: ContainerRecord, launcher: str, ranks: i
         "digest": record.digest,
         "container": record.container,
         "execmode": record.execmode,
-        "proot": str(udocker.proot),
+        **runtime.engine(),
         "tensorflow": results[0].tensorflow,
         "horovod": results[0].horovod,
     }

@@ -2,8 +2,7 @@
 
 Each stage runs the in-container code through a runtime (:mod:`hvdflow.launch.runtime`), writes its outputs, and
 writes the file that marks it complete last, so a failed stage never leaves outputs that look complete.
-:func:`launch_ranks` is the one place where ranks (a training's, a benchmark's) go to the local launchers
-(:mod:`hvdflow.launch.local`) or across the nodes of a Slurm job (:mod:`hvdflow.slurm.launch`).
+A training's ranks go to their launcher through the one dispatcher (:func:`hvdflow.pipeline.dispatch.launch`).
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -19,16 +17,16 @@ from typing import Any, Mapping, Optional
 from hvdflow.config.checks import check_launcher
 from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
-from hvdflow.config.profile import ClusterProfile, SlurmCluster
+from hvdflow.config.profile import LAUNCHERS, ClusterProfile, SlurmCluster
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
-from hvdflow.launch.elastic import ElasticSettings, LocalWorkers, launch_elastic
+from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
-from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
-from hvdflow.launch.rank_env import placements
+from hvdflow.launch.request import ElasticLaunch, LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
+from hvdflow.pipeline.dispatch import launch
 from hvdflow.pipeline.resume import (
     begin_attempt,
     describe_attempts,
@@ -38,12 +36,10 @@ from hvdflow.pipeline.resume import (
     stopped_after_signal_checkpoint,
 )
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
-from hvdflow.slurm.launch import launch_slurm
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 from hvdflow_wire import WireError
 from hvdflow_wire.rank import RankResult
 
-LAUNCHERS = ("gloo", "mpi")
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
 CHECKPOINTS = "checkpoints"
 """The run's checkpoint folder in its output folder: not an output (Snakemake would delete it before a retry)."""
@@ -130,15 +126,9 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     begin_attempt(checkpoints, plan)
     started = time.time()
     try:
-        if elastic is None:
-            launch_ranks(runtime, launcher, job, cpus, slurm, iface, timeout, progress)
-            results = collect_rank_results(out_dir, spec.ranks, spec.epochs)
-        else:
-            if slurm is not None:
-                launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus.threads, (elastic, spec.ranks))
-            else:
-                launch_elastic_local(runtime, job, cpus, elastic, spec.ranks, iface, timeout, progress)
-            results = collect_rank_results(out_dir, final_size(out_dir), spec.epochs)
+        launch(runtime, LaunchRequest(job, launcher, cpus, None if elastic is None else ElasticLaunch(elastic, spec.ranks),
+                                      slurm, iface, timeout, progress))
+        results = collect_rank_results(out_dir, spec.ranks if elastic is None else final_size(out_dir), spec.epochs)
     except BaseException as exc:
         for name in ("model.keras", "metrics.json"):
             (out_dir / name).unlink(missing_ok=True)
@@ -160,24 +150,6 @@ def cpu_plan(ranks: int, slurm: Optional[SlurmCluster], cpu_bind: str) -> CpuPla
     return slurm_plan(ranks, cpus_per_task(current_job(), os.environ), slurm.cpu_bind)
 
 
-def launch_ranks(runtime: Runtime, launcher: str, job: TrainingJob, cpus: CpuPlan, slurm: Optional[SlurmCluster],
-                 iface: str, timeout: Optional[float], progress: Optional[Path]) -> None:
-    """Run ``job``'s ranks to the end: across the nodes of the current Slurm job with ``slurm``, else on this
-    machine with ``launcher``; the one place where ranks go to a launcher."""
-    if slurm is not None:
-        launch_slurm(runtime, launcher, slurm, job, timeout, progress, cpus_per_task=cpus.threads)
-    elif launcher == "gloo":
-        ranks = placements([(socket.gethostname(), job.ranks)])
-        launch_gloo_local(runtime, ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, iface, progress)
-    else:
-        launch_mpi_local(runtime, job.ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, progress=progress)
-
-
-ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
-"""Test hook: how many one-rank slots this machine offers an elastic run (default: the experiment's ``ranks``), to
-start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would."""
-
-
 def elastic_settings(spec: TrainSpec, profile: ClusterProfile) -> Optional[ElasticSettings]:
     """The elastic run's settings (the experiment's bounds, the profile's cooldown and timeout); None for a fixed
     run. LaunchError where the profile cannot run it: the MPI launcher (:func:`hvdflow.config.checks.check_launcher`)."""
@@ -185,18 +157,6 @@ def elastic_settings(spec: TrainSpec, profile: ClusterProfile) -> Optional[Elast
     if spec.elastic is None:
         return None
     return ElasticSettings(spec.min_ranks, spec.max_ranks, profile.elastic_cooldown, profile.elastic_timeout)
-
-
-def launch_elastic_local(runtime: Runtime, job: TrainingJob, cpus: CpuPlan, elastic: ElasticSettings, ranks: int,
-                         iface: str, timeout: Optional[float], progress: Optional[Path]) -> None:
-    """An elastic run set for ``ranks`` on this machine: one one-rank slot per slot of the job (each with its cores),
-    Horovod's driver in the runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
-    slots = min(int(os.environ.get(ELASTIC_SLOTS, job.ranks)), job.ranks)
-    with ranks_tmpdir(job.logs_dir) as tmp_env:
-        workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i) for i in range(slots)],
-                               tmp_env, [job.logs_dir, *job.paths()])
-        launch_elastic(runtime, workers, job.argv(), job.logs_dir, job.out_dir, job.paths(), ranks, elastic,
-                       "127.0.0.1", iface, timeout, progress)
 
 
 def final_size(out_dir: Path) -> int:

@@ -18,11 +18,10 @@ from hvdflow.errors import ImageError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
-from hvdflow.images.pull import ContainerRecord, ensure_container, pull_image
+from hvdflow.images.pull import ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
-from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.image_check import check_image, needs_of, refusal, table
-from hvdflow.launch.runtime import NativeRuntime, Runtime, UdockerRuntime
+from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
@@ -66,8 +65,8 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         else:
             manifest = pull_image(udocker, spec, profile.registry, lock)
         record = ensure_container(udocker, spec, manifest, profile.execmode)
-        runtime = UdockerRuntime(replace(udocker, proot=engine_binary(udocker.udocker_dir, record.container, profile.proot)),
-                                 record.container)
+        # the image is checked in udocker, whichever runtime the profile's jobs use
+        runtime = make_runtime(replace(RuntimeSettings.of_profile(profile, catalog), kind="udocker"), record)
         # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)
         needs = needs_of(purposes, profile.launcher, spec.device == "gpu", sources)
         check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
@@ -79,18 +78,6 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         record_out.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(check_out, check.to_json())
         write_json_atomic(record_out, asdict(record))
-
-
-def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Runtime:
-    """The runtime the profile asks for, with the image the record names."""
-    record = ContainerRecord(**json.loads(image_record.read_text()))
-    if profile.runtime == "native":
-        from hvdflow.launch.native import native_python
-
-        return NativeRuntime(native_python(profile, record.image, catalog))
-    udocker_dir = Path(record.udocker_dir)
-    proot = engine_binary(udocker_dir, record.container, profile.proot)
-    return UdockerRuntime(Udocker(udocker_dir, allow_root=allow_root_from_env(), proot=proot), record.container)
 
 
 def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path,

@@ -19,12 +19,13 @@ from typing import Mapping, Optional, Sequence
 
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
-from hvdflow.launch.runtime import Runtime, UdockerRuntime
+from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import Supervised, signal_group, start
 from hvdflow.slurm.jobinfo import healthy_nodes
 from hvdflow.slurm.rank_task import DROP_SIGNAL
+from hvdflow.slurm.srun import rank_program, worker_step
 from hvdflow_wire.elastic import Slot
-from hvdflow_wire.task import NvidiaSetup, TaskFile
+from hvdflow_wire.task import TaskFile
 
 HOSTS_CACHE = 5.0
 """Seconds one answer of Slurm about the job's healthy nodes is used for."""
@@ -64,15 +65,10 @@ class SlurmWorkers:
         gpus = self.cluster.gpus_per_node > 0
         task = TaskFile(argv=self.runtime.command(argv, {}, self.binds, hostenv=True), logs=str(self.logs),
                         log=str(log), launcher="gloo", elastic=True, network_interface=self.cluster.network_interface,
-                        max_ranks_per_node=self.slots_per_node,
-                        nvidia=(NvidiaSetup(str(self.runtime.udocker.udocker_dir), self.runtime.container)
-                                if gpus and isinstance(self.runtime, UdockerRuntime) else None))
+                        max_ranks_per_node=self.slots_per_node, nvidia=self.runtime.gpu_setup() if gpus else None)
         task_file = self.logs / f"task-{worker}.json"
         task.write(str(task_file))
-        srun = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={slot.hostname}",
-                f"--cpus-per-task={self.cpus_per_task}", f"--cpu-bind={self.cluster.cpu_bind}", "--overlap",
-                "--kill-on-bad-exit=0", *(["--gres=gpu:1"] if gpus else []), *self.cluster.srun_extra,
-                sys.executable, "-m", "hvdflow.slurm.rank_task", str(task_file)]
+        srun = worker_step(self.cluster, slot.hostname, self.cpus_per_task, rank_program(sys.executable, task_file))
         process = start(str(worker), srun, log.with_suffix(".srun.log"), {**self.env, **env})
         return dataclasses.replace(process, log=log)
 

@@ -11,7 +11,11 @@ From there, in order:
    the training step ``srun ... python -m hvdflow.slurm.rank_task`` starts one rank per task (:mod:`hvdflow.slurm.rank_task`).
    MPI: the host's ``mpirun`` starts the ranks through Slurm (its ``plm/slurm`` runs ``orted`` with srun); the
    allocation variables the plugin's job step removes are restored from what the staging step saw;
+   Elastic: the ranks are the workers of Horovod's elastic driver, each a one-task step (:mod:`hvdflow.slurm.elastic`);
 3. a clean-up step removes the staged copy on every node, also after a failure.
+
+One entry point per launcher (:func:`launch_slurm_gloo`, :func:`launch_slurm_mpi`, :func:`launch_slurm_elastic`),
+picked by :func:`hvdflow.pipeline.dispatch.launch`; every command line they run is built in :mod:`hvdflow.slurm.srun`.
 """
 
 from __future__ import annotations
@@ -21,46 +25,32 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 from hvdflow import code_location
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.launch.elastic import ElasticSettings, launch_elastic
+from hvdflow.launch.elastic import launch_elastic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
-from hvdflow.launch.runtime import Runtime, UdockerRuntime
+from hvdflow.launch.request import ElasticLaunch
+from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.elastic import SlurmWorkers
 from hvdflow.slurm.jobinfo import current_job, job_nodes
-from hvdflow.slurm.layout import even_tasks_per_node, gpus_per_node_needed, max_tasks_per_node
+from hvdflow.slurm.layout import gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
+from hvdflow.slurm.srun import cleanup_step, mpirun_ranks, rank_program, ranks_step, staging_step
 from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_DATASET, NO_SWEEP, read_reports
 from hvdflow_runstate import STOPPED_LINE_END
-from hvdflow_wire.task import NvidiaSetup, TaskFile
+from hvdflow_wire.task import TaskFile
 
 CLEANUP_TIMEOUT = 300.0
-
-
-def srun_argv(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[str], cpus_per_task: int) -> list[str]:
-    """The job step that runs ``program`` once per rank over ``nodes`` nodes, in the job's layout, each task with
-    ``cpus_per_task`` CPUs bound as the cluster's ``cpu_bind`` says (srun no longer takes the job's --cpus-per-task
-    on its own since Slurm 22.05)."""
-    argv = ["srun", f"--nodes={nodes}", f"--ntasks={ranks}"]
-    # the job's layout: even, or at most ceil(ranks / nodes) per node (a maximum beside --ntasks)
-    argv.append(f"--ntasks-per-node={even_tasks_per_node(ranks, nodes) or max_tasks_per_node(ranks, nodes)}")
-    argv += [f"--cpus-per-task={cpus_per_task}", f"--cpu-bind={cluster.cpu_bind}", "--kill-on-bad-exit=1", "--overlap"]
-    gpus = gpus_per_node_needed(ranks, nodes, cluster)
-    if gpus:
-        argv.append(f"--gres=gpu:{gpus}")
-    return argv + list(cluster.srun_extra) + list(program)
-
-
-def _python(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
 
 
 def host_code_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -180,14 +170,26 @@ def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str
     }
 
 
-def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, timeout: Optional[float],
-                 progress: Optional[Path] = None, cpus_per_task: int = 1,
-                 elastic: Optional[tuple[ElasticSettings, int]] = None) -> Path:
-    """Stage the dataset on every node, run the ranks, clean up; return the staged dataset path the ranks read.
+@dataclass(frozen=True)
+class StagedJob:
+    """A Slurm job whose staging step ran: its id, the dataset's node-local copy, the staging reports, and the
+    environment of its job steps."""
 
-    Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
-    they come. With ``elastic`` (the settings, and the rank count the run is set for) the ranks are the workers of
-    Horovod's elastic driver, each a job step of its own on the job's healthy nodes (:mod:`hvdflow.slurm.elastic`).
+    job_id: str
+    staged: Path
+    reports: Path
+    env: dict[str, str]
+
+
+@contextmanager
+def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_per_task: int, timeout: Optional[float],
+               elastic: bool = False) -> Iterator[StagedJob]:
+    """Stage the dataset on every node (a job step in the training's layout), then clean the nodes' scratch up when
+    the ranks are done, whatever happened.
+
+    The staging step also runs for a job without a dataset: it sweeps ended jobs' scratch and reports the allocation
+    (the MPI mode needs it); it copies nothing then. An ``elastic`` job may have lost nodes (--no-kill): the clean-up
+    runs on those it holds then.
     """
     job_id = current_job()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
@@ -198,38 +200,65 @@ def launch_slurm(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tr
     reports = logs / "staging"
     reports.mkdir(exist_ok=True)
     env = host_code_env(runtime.process_env())
-    gpus = gpus_per_node_needed(ranks, nodes, cluster)
     try:
-        # the staging step also runs for a job without a dataset: it sweeps ended jobs' scratch and reports the
-        # allocation (the MPI mode needs it); it copies nothing then
-        _run_step("staging", srun_argv(cluster, ranks, nodes, _python("hvdflow.slurm.staging", "stage",
-                                                                      str(job.dataset_dir or NO_DATASET), str(staged),
-                                                                      str(reports), _live_jobs(job_id)), cpus_per_task),
+        _run_step("staging", staging_step(cluster, ranks, nodes, cpus_per_task, sys.executable,
+                                          str(job.dataset_dir or NO_DATASET), staged, reports, _live_jobs(job_id)),
                   logs / "staging.log", env, timeout, logs)
-        if elastic is not None:
-            _train_elastic(runtime, cluster, job, staged, elastic, env, cpus_per_task, timeout, progress)
-            return staged
-        inner = runtime.command(job.argv(staged if job.dataset_dir else None), {}, [logs, job.out_dir, staged.parent],
-                                hostenv=True)
-        task = TaskFile(argv=inner, logs=str(logs), result=str(job.out_dir / "rank-{rank}.json"), launcher=launcher,
-                        network_interface=cluster.network_interface,
-                        rendezvous=str(logs / "rendezvous.json"), max_ranks_per_node=max_tasks_per_node(ranks, nodes),
-                        nvidia=(NvidiaSetup(str(runtime.udocker.udocker_dir), runtime.container)
-                                if gpus and isinstance(runtime, UdockerRuntime) else None))
-        task.write(str(logs / "task.json"))
-        rank_program = _python("hvdflow.slurm.rank_task", str(logs / "task.json"))
-        if launcher == "gloo":
-            _train_gloo(runtime, cluster, srun_argv(cluster, ranks, nodes, rank_program, cpus_per_task), logs, env,
-                        timeout, progress)
-        else:
-            mpi_env = {**env, **_allocation_env(reports, job_id, ranks, nodes)}
-            if gpus:
-                mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
-            _train_mpi(ranks, rank_program, logs, mpi_env, timeout, progress)
+        yield StagedJob(job_id, staged, reports, env)
     finally:
-        # an elastic job may have lost nodes (--no-kill): the clean-up runs on those it holds now
         clean_scratch(staged.parent, len(job_nodes(job_id)) if elastic else nodes, logs / "cleanup.log", env)
-    return staged
+
+
+def _rank_tasks(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: TrainingJob, staged: Path) -> list[str]:
+    """Write the launch every rank task reads (``task.json``); the rank task's program."""
+    logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
+    gpus = gpus_per_node_needed(ranks, nodes, cluster)
+    inner = runtime.command(job.argv(staged if job.dataset_dir else None), {}, [logs, job.out_dir, staged.parent],
+                            hostenv=True)
+    task = TaskFile(argv=inner, logs=str(logs), result=str(job.out_dir / "rank-{rank}.json"), launcher=launcher,
+                    network_interface=cluster.network_interface, rendezvous=str(logs / "rendezvous.json"),
+                    max_ranks_per_node=max_tasks_per_node(ranks, nodes), nvidia=runtime.gpu_setup() if gpus else None)
+    task.write(str(logs / "task.json"))
+    return rank_program(sys.executable, logs / "task.json")
+
+
+def launch_slurm_gloo(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_per_task: int,
+                      timeout: Optional[float], progress: Optional[Path] = None) -> None:
+    """Stage the dataset on every node, run the ranks as one srun step over Gloo, clean up.
+
+    Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
+    they come.
+    """
+    with staged_job(runtime, cluster, job, cpus_per_task, timeout) as staged:
+        program = _rank_tasks(runtime, "gloo", cluster, job, staged.staged)
+        _train_gloo(runtime, cluster, ranks_step(cluster, job.ranks, job.nodes, program, cpus_per_task), job.logs_dir,
+                    staged.env, timeout, progress)
+
+
+def launch_slurm_mpi(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_per_task: int,
+                     timeout: Optional[float], progress: Optional[Path] = None) -> None:
+    """Stage the dataset on every node, run the ranks from the host's mpirun through Slurm, clean up (as
+    :func:`launch_slurm_gloo`)."""
+    with staged_job(runtime, cluster, job, cpus_per_task, timeout) as staged:
+        program = _rank_tasks(runtime, "mpi", cluster, job, staged.staged)
+        mpi_env = {**staged.env, **_allocation_env(staged.reports, staged.job_id, job.ranks, job.nodes)}
+        gpus = gpus_per_node_needed(job.ranks, job.nodes, cluster)
+        if gpus:
+            mpi_env["SLURM_GPUS_PER_NODE"] = str(gpus)
+        _train_mpi(job.ranks, program, job.logs_dir, mpi_env, timeout, progress)
+
+
+def launch_slurm_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, elastic: ElasticLaunch,
+                         cpus_per_task: int, timeout: Optional[float], progress: Optional[Path] = None) -> None:
+    """Stage the dataset on every node, run an elastic run whose ranks are the workers of Horovod's elastic driver,
+    each a job step of its own on the job's healthy nodes (:mod:`hvdflow.slurm.elastic`), clean up."""
+    with staged_job(runtime, cluster, job, cpus_per_task, timeout, elastic=True) as staged:
+        address = rendezvous_address(cluster.network_interface)
+        binds = [job.logs_dir, job.out_dir, staged.staged.parent]
+        workers = SlurmWorkers(cluster, staged.job_id, max_tasks_per_node(job.ranks, job.nodes), cpus_per_task,
+                               runtime, binds, staged.env, job.logs_dir)
+        launch_elastic(runtime, workers, job.argv(staged.staged), job.logs_dir, job.out_dir, binds, elastic.ranks,
+                       elastic.settings, address, rank_interface(cluster.network_interface, address), timeout, progress)
 
 
 def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tries: int = 2) -> None:
@@ -239,8 +268,7 @@ def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tri
     first one starting up, before it ignores the signal); if the last try fails too, a warning names the log, and the
     next job of the user on that node sweeps the directory.
     """
-    clean = ["srun", f"--nodes={nodes}", "--ntasks-per-node=1", "--overlap",
-             *_python("hvdflow.slurm.staging", "clean", str(job_dir))]
+    clean = cleanup_step(nodes, job_dir, sys.executable)
     for attempt in range(1, tries + 1):
         try:
             supervise([start("scratch clean-up", clean, log, env)], CLEANUP_TIMEOUT)
@@ -261,22 +289,9 @@ def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], 
         stop([server])
 
 
-def _train_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, staged: Path,
-                   elastic: tuple[ElasticSettings, int], env: dict[str, str], cpus_per_task: int,
-                   timeout: Optional[float], progress: Optional[Path]) -> None:
-    settings, ranks = elastic
-    address = rendezvous_address(cluster.network_interface)
-    binds = [job.logs_dir, job.out_dir, staged.parent]
-    workers = SlurmWorkers(cluster, current_job(), max_tasks_per_node(job.ranks, job.nodes), cpus_per_task, runtime,
-                           binds, env, job.logs_dir)
-    launch_elastic(runtime, workers, job.argv(staged), job.logs_dir, job.out_dir, binds, ranks, settings, address,
-                   rank_interface(cluster.network_interface, address), timeout, progress)
-
-
 def _train_mpi(ranks: int, rank_program: list[str], logs: Path, env: dict[str, str], timeout: Optional[float],
                progress: Optional[Path]) -> None:
-    argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--mca", "plm", "slurm", "--mca", "ras", "slurm",
-            "--mca", "btl", "self,tcp", *rank_program]
+    argv = mpirun_ranks(ranks, rank_program)
     try:
         supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", env), logs, timeout, progress)
     except RunStopped:

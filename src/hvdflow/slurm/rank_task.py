@@ -1,18 +1,18 @@
 """One Horovod rank inside a Slurm job: started by srun (Gloo) or by Open MPI's mpirun (MPI), on the node it runs on.
 
 ``python -m hvdflow.slurm.rank_task TASK.json`` reads the launch written by :mod:`hvdflow.slurm.launch`, finds this task's
-rank and local rank, keeps the one GPU of its local rank visible, sets udocker up for NVIDIA once per container and
-node where a driver exists, adds Horovod's Gloo variables (rendezvous address from the run directory), and
-runs the runtime's command in its own process group, forwarding TERM, USR1 and INT to it, its output in
-``rank-<r>.log``. A rank that exits non-zero leaves ``rank-<r>.failed.json`` (host, exit code, time), so the launcher
-can tell the rank that failed first from those that failed because it did; one that stopped on a signal after a
-checkpoint (exit status 75) leaves ``rank-<r>.stopped.json`` instead. An elastic worker's task (``"elastic": true``)
-takes its placement from Horovod's driver, writes the log its launcher names, and only exits with the rank's status.
+rank and local rank, keeps the one GPU of its local rank visible, does what the runtime asked for to expose it
+(:func:`hvdflow.launch.runtime.expose_gpus`: udocker's NVIDIA set-up once per container and node where a driver
+exists), adds Horovod's Gloo variables (rendezvous address from the run directory), and runs the runtime's command in
+its own process group, forwarding TERM, USR1 and INT to it, its output in ``rank-<r>.log``. A rank that exits non-zero
+leaves ``rank-<r>.failed.json`` (host, exit code, time), so the launcher can tell the rank that failed first from those
+that failed because it did; one that stopped on a signal after a checkpoint (exit status 75) leaves
+``rank-<r>.stopped.json`` instead. An elastic worker's task (``"elastic": true``) takes its placement from Horovod's
+driver, writes the log its launcher names, and only exits with the rank's status.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -24,42 +24,18 @@ from typing import BinaryIO, Mapping
 
 from hvdflow.errors import HvdflowError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.files.filelock import exclusive_lock
-from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
+from hvdflow.launch.runtime import expose_gpus
 from hvdflow.launch.supervise import STOP_SIGNALS, ignore_stop_signals
 from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
 from hvdflow_wire.task import TaskFile
 
-NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
 RANK_TASK_HEADER = "# hvdflow rank task, job "
 """How each attempt's part of a rank log begins (the log is appended to by every attempt of a job); no other line of
 the rank task starts so (a signal forwarded after rank 0's stop line must not hide it)."""
-
-
-def nvidia_driver_version() -> str | None:
-    """The NVIDIA kernel driver's version line on this node, or None where there is none."""
-    try:
-        return NVIDIA_DRIVER.read_text().splitlines()[0].strip()
-    except (OSError, IndexError):
-        return None
-
-
-def setup_nvidia_once(udocker_dir: Path, container: str) -> str:
-    """``udocker setup --nvidia`` for ``container``, once per driver version; skipped where no driver exists."""
-    driver = nvidia_driver_version()
-    if driver is None:
-        return f"no NVIDIA driver on {os.uname().nodename}: udocker setup --nvidia skipped"
-    udocker = Udocker(udocker_dir, allow_root=allow_root_from_env())
-    marker = udocker.state_dir / "nvidia" / f"{container}-{hashlib.sha256(driver.encode()).hexdigest()[:12]}.done"
-    with exclusive_lock(marker.with_suffix(".lock"), 600, f"udocker setup --nvidia of {container}"):
-        if not marker.exists():
-            udocker.check("setup", "--nvidia", "--force", container, timeout=600)
-            marker.write_text(driver + "\n")
-    return f"udocker set up for NVIDIA ({driver})"
 
 
 def rank_environment(task: TaskFile, env: Mapping[str, str]) -> tuple[int, dict[str, str], list[str]]:
@@ -89,7 +65,7 @@ def rank_environment(task: TaskFile, env: Mapping[str, str]) -> tuple[int, dict[
         child["CUDA_VISIBLE_DEVICES"] = gpu
         notes.append(f"GPU {gpu} of {env.get('CUDA_VISIBLE_DEVICES')}")
         if task.nvidia:
-            notes.append(setup_nvidia_once(Path(task.nvidia.udocker_dir), task.nvidia.container))
+            notes.append(expose_gpus(task.nvidia))
     if placement is not None:
         rendezvous = json.loads(Path(task.rendezvous).read_text())
         iface = rank_interface(task.network_interface, rendezvous["addr"])

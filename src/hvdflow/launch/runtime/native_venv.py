@@ -10,7 +10,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import ConfigError
 from hvdflow.files.cache import content_key, sha256_file
 from hvdflow.files.filelock import exclusive_lock
@@ -23,8 +22,8 @@ from hvdflow.images.recipe import load_recipe
 NATIVE_LOCK_TIMEOUT = 3600.0
 
 
-def native_python(profile: ClusterProfile, image: str, catalog: Path) -> Path:
-    """The interpreter of the native venv for ``image`` (created on first use, under a lock)."""
+def native_python(venv_dir: Path, image: str, catalog: Path) -> Path:
+    """The interpreter of the native venv for ``image`` under ``venv_dir`` (created on first use, under a lock)."""
     spec = get_image(load_catalog(catalog), image, catalog)
     if spec.recipe is None:
         raise ConfigError(f"image {image} has no recipe in {catalog}: the native runtime needs its pinned packages")
@@ -33,12 +32,11 @@ def native_python(profile: ClusterProfile, image: str, catalog: Path) -> Path:
     if not spec.python or not host.python_version.startswith(spec.python):
         raise ConfigError(f"image {image} has Python {spec.python}, the host's {HOST_PYTHON} is {host.python_version}: "
                           "the native runtime needs the same interpreter")
-    root = profile.native_venv_dir
-    with exclusive_lock(root / ".native.lock", NATIVE_LOCK_TIMEOUT, f"creating the native venv of {image}"):
-        log = root / f"{image}.build.log"
+    with exclusive_lock(venv_dir / ".native.lock", NATIVE_LOCK_TIMEOUT, f"creating the native venv of {image}"):
+        log = venv_dir / f"{image}.build.log"
         wheelhouse = ensure_wheelhouse(recipe, host, log)
         wheel = ensure_horovod_wheel(recipe, wheelhouse, host, log)
-        venv = root / f"{image}-{content_key(recipe.fingerprint(), sha256_file(wheel))[:16]}"
+        venv = venv_dir / f"{image}-{content_key(recipe.fingerprint(), sha256_file(wheel))[:16]}"
         python = venv / "bin" / "python"
         if (venv / ".hvdflow-complete").exists():
             return python

@@ -1,0 +1,95 @@
+"""What a runtime is (:class:`Runtime`) and the one factory that builds the runtime a profile asks for.
+
+A new runtime is one module beside this one (its class, its builder, what the run record says of its engine) and
+one line in :data:`KINDS`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+
+from hvdflow.config.profile import ClusterProfile
+from hvdflow.errors import ConfigError
+from hvdflow.images.pull import ContainerRecord
+from hvdflow.launch.runtime.native import native_recorded_engine, native_runtime
+from hvdflow.launch.runtime.settings import RuntimeSettings
+from hvdflow.launch.runtime.udocker import expose_gpus as udocker_expose_gpus
+from hvdflow.launch.runtime.udocker import udocker_recorded_engine, udocker_runtime
+from hvdflow_wire.task import NvidiaSetup
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Where hvdflow's in-container code runs. Launchers and stages use only these methods, never the kind."""
+
+    @property
+    def name(self) -> str:
+        """The profile's name of the runtime (``udocker``, ``native``)."""
+        ...
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
+        """The command line that runs ``argv`` (starting with ``python3``) with ``env`` set, the host paths ``paths``
+        visible at the same place, and with ``hostenv`` the caller's environment passed through (mpirun's)."""
+        ...
+
+    def process_env(self) -> dict[str, str]:
+        """The environment :meth:`command`'s line itself is started with."""
+        ...
+
+    def gpu_setup(self) -> Optional[NvidiaSetup]:
+        """What a Slurm task on a GPU node must do before its rank runs so that the rank sees the node's GPUs
+        (a value of the task file, done there by :func:`expose_gpus`); None where nothing is needed."""
+        ...
+
+    def engine(self) -> dict[str, str]:
+        """The engine that runs the commands, for the record."""
+        ...
+
+
+@dataclass(frozen=True)
+class RuntimeKind:
+    """One runtime the factory knows: how it is built, and what the run record says of its engine (from the settings
+    and the image record alone, so that a record is written even where the engine is missing)."""
+
+    build: Callable[[RuntimeSettings, ContainerRecord], Runtime]
+    recorded_engine: Callable[[RuntimeSettings, Mapping[str, Any]], Optional[dict[str, Any]]]
+
+
+KINDS: dict[str, RuntimeKind] = {
+    "udocker": RuntimeKind(udocker_runtime, udocker_recorded_engine),
+    "native": RuntimeKind(native_runtime, native_recorded_engine),
+}
+"""The one list of runtimes: the profile's name → how it is built and recorded (one line per runtime)."""
+
+
+def kind_of(settings: RuntimeSettings) -> RuntimeKind:
+    """The runtime ``settings`` names; ConfigError naming the known ones if none."""
+    try:
+        return KINDS[settings.kind]
+    except KeyError:
+        raise ConfigError(f"unknown runtime {settings.kind!r}; choose one of {', '.join(KINDS)}") from None
+
+
+def make_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Runtime:
+    """The runtime ``settings`` asks for, running the image of ``record`` (the pull's container record)."""
+    return kind_of(settings).build(settings, record)
+
+
+def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Runtime:
+    """The runtime the profile asks for, with the image the record (a file the pull wrote) names."""
+    record = ContainerRecord(**json.loads(image_record.read_text()))
+    return make_runtime(RuntimeSettings.of_profile(profile, catalog), record)
+
+
+def recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """What the run record says of the engine of the runtime ``settings`` names, for the image record ``image``."""
+    return kind_of(settings).recorded_engine(settings, image)
+
+
+def expose_gpus(setup: NvidiaSetup) -> str:
+    """Do on this node what a runtime's :meth:`Runtime.gpu_setup` asked for; a note for the rank's log. Only the
+    udocker runtime asks for anything (``udocker setup --nvidia`` of its container)."""
+    return udocker_expose_gpus(setup)

@@ -1,0 +1,105 @@
+"""The udocker runtime: commands run with ``udocker run`` in the image's created container."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from hvdflow.errors import UdockerError
+from hvdflow.files.cache import sha256_file
+from hvdflow.files.filelock import exclusive_lock
+from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
+from hvdflow.images.udocker_tools import engine_binary
+from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
+from hvdflow.launch.runtime.settings import RuntimeSettings
+from hvdflow_wire.task import NvidiaSetup
+
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+
+
+@dataclass(frozen=True)
+class UdockerRuntime:
+    """Commands run with ``udocker run`` in a created container, the in-container packages bound at /opt/hvdflow."""
+
+    udocker: Udocker
+    container: str
+    name: str = "udocker"
+
+    def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
+        """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place."""
+        self._make_mountpoints([*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
+        volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
+        if hostenv:
+            volumes.append("/tmp")  # Open MPI's session directory, where the ranks find the host's PMIx server
+        chosen = {name: os.environ[name] for name in NUMERICS_ENV if name in os.environ}
+        full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **chosen, **env}
+        return run_argv(self.udocker, self.container, argv, env=full_env, volumes=volumes, hostenv=hostenv)
+
+    def _make_mountpoints(self, targets: Sequence[Path]) -> None:
+        """Create the bind targets inside the container's root before any run starts.
+
+        Otherwise proot resolves them through temporary "glue" directories, and a concurrent ``udocker run`` that
+        creates part of the path in the root changes what the others see: a rank then failed to write its result
+        (ENOENT) in about one MPI run in five.
+        """
+        root = self.udocker.udocker_dir / "containers" / self.container / "ROOT"
+        for target in targets:
+            (root / str(target).lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+    def process_env(self) -> dict[str, str]:
+        """The environment the command itself is started with."""
+        return self.udocker.env()
+
+    def gpu_setup(self) -> Optional[NvidiaSetup]:
+        """What a task on a GPU node does before its rank runs: ``udocker setup --nvidia`` of this container
+        (:func:`expose_gpus`)."""
+        return NvidiaSetup(str(self.udocker.udocker_dir), self.container)
+
+    def engine(self) -> dict[str, str]:
+        """The engine that runs the commands, for the record: the proot binary of udocker's P1/P2 modes."""
+        return {"proot": str(self.udocker.proot)}
+
+
+def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> UdockerRuntime:
+    """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses."""
+    udocker_dir = Path(record.udocker_dir)
+    proot = engine_binary(udocker_dir, record.container, settings.proot)
+    return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container)
+
+
+def udocker_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The proot that ran udocker's P1/P2 modes, for the run record: the profile's choice, the binary and its sha256
+    (the binary None, with a note, where the container does not carry the chosen one)."""
+    try:
+        binary = engine_binary(Path(image["udocker_dir"]), image["container"], settings.proot)
+    except UdockerError as exc:
+        return {"choice": settings.proot, "binary": None, "sha256": None, "note": str(exc)}
+    return {"choice": settings.proot, "binary": str(binary), "sha256": sha256_file(binary)}
+
+
+def nvidia_driver_version() -> str | None:
+    """The NVIDIA kernel driver's version line on this node, or None where there is none."""
+    try:
+        return NVIDIA_DRIVER.read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+
+
+def expose_gpus(setup: NvidiaSetup) -> str:
+    """``udocker setup --nvidia`` for the container of ``setup`` (:meth:`UdockerRuntime.gpu_setup`), once per driver
+    version; skipped where no driver exists. A note for the rank's log."""
+    container = setup.container
+    driver = nvidia_driver_version()
+    if driver is None:
+        return f"no NVIDIA driver on {os.uname().nodename}: udocker setup --nvidia skipped"
+    udocker = Udocker(Path(setup.udocker_dir), allow_root=allow_root_from_env())
+    marker = udocker.state_dir / "nvidia" / f"{container}-{hashlib.sha256(driver.encode()).hexdigest()[:12]}.done"
+    with exclusive_lock(marker.with_suffix(".lock"), 600, f"udocker setup --nvidia of {container}"):
+        if not marker.exists():
+            udocker.check("setup", "--nvidia", "--force", container, timeout=600)
+            marker.write_text(driver + "\n")
+    return f"udocker set up for NVIDIA ({driver})"

@@ -1,0 +1,54 @@
+"""The one place where ranks go to a launcher: :func:`launch` takes a :class:`~hvdflow.launch.request.LaunchRequest`
+and picks, once, where and how its ranks start: on this machine (Gloo, the host's mpirun, or Horovod's elastic driver
+with local workers, :mod:`hvdflow.launch`) or across the nodes of the current Slurm job (the same three,
+:mod:`hvdflow.slurm.launch`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from hvdflow.launch.elastic import LocalWorkers, launch_elastic
+from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
+from hvdflow.launch.rank_env import placements
+from hvdflow.launch.request import ElasticLaunch, LaunchRequest
+from hvdflow.launch.runtime import Runtime
+from hvdflow.slurm.launch import launch_slurm_elastic, launch_slurm_gloo, launch_slurm_mpi
+
+ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
+"""Test hook: how many one-rank slots this machine offers an elastic run (default: the experiment's ``ranks``), to
+start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would."""
+
+
+def launch(runtime: Runtime, request: LaunchRequest) -> None:
+    """Run the request's ranks to the end with the one launcher it asks for: where it runs (the current Slurm job or
+    this machine), then elastic, Gloo or MPI."""
+    job, cpus, elastic, cluster = request.job, request.cpus, request.elastic, request.slurm
+    if cluster is not None:
+        if elastic is not None:
+            launch_slurm_elastic(runtime, cluster, job, elastic, cpus.threads, request.timeout, request.progress)
+        elif request.launcher == "gloo":
+            launch_slurm_gloo(runtime, cluster, job, cpus.threads, request.timeout, request.progress)
+        else:
+            launch_slurm_mpi(runtime, cluster, job, cpus.threads, request.timeout, request.progress)
+    elif elastic is not None:
+        _local_elastic(runtime, request, elastic)
+    elif request.launcher == "gloo":
+        ranks = placements([(socket.gethostname(), job.ranks)])
+        launch_gloo_local(runtime, ranks, job.argv(), job.logs_dir, job.paths(), request.timeout, cpus, request.iface,
+                          request.progress)
+    else:
+        launch_mpi_local(runtime, job.ranks, job.argv(), job.logs_dir, job.paths(), request.timeout, cpus,
+                         progress=request.progress)
+
+
+def _local_elastic(runtime: Runtime, request: LaunchRequest, elastic: ElasticLaunch) -> None:
+    """An elastic run on this machine: one one-rank slot per slot of the job (each with its cores), Horovod's driver
+    in the runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
+    job, cpus = request.job, request.cpus
+    slots = min(int(os.environ.get(ELASTIC_SLOTS, job.ranks)), job.ranks)
+    with ranks_tmpdir(job.logs_dir) as tmp_env:
+        workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i) for i in range(slots)],
+                               tmp_env, [job.logs_dir, *job.paths()])
+        launch_elastic(runtime, workers, job.argv(), job.logs_dir, job.out_dir, job.paths(), elastic.ranks,
+                       elastic.settings, "127.0.0.1", request.iface, request.timeout, request.progress)

@@ -1,0 +1,40 @@
+"""The one launch dispatcher: each request goes to exactly one launcher, chosen from where it runs, elastic or not,
+and the launcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+import hvdflow.pipeline.dispatch as dispatch
+from hvdflow.config.profile import SlurmCluster
+from hvdflow.launch.cpus import local_plan
+from hvdflow.launch.elastic import ElasticSettings
+from hvdflow.launch.job import TrainingJob
+from hvdflow.launch.request import ElasticLaunch, LaunchRequest
+
+CLUSTER = SlurmCluster(Path("/scratch"), 0, "lo")
+ELASTIC = ElasticLaunch(ElasticSettings(1, 2), 2)
+LAUNCHER_FUNCTIONS = ("launch_slurm_elastic", "launch_slurm_gloo", "launch_slurm_mpi", "_local_elastic",
+                      "launch_gloo_local", "launch_mpi_local")
+
+
+@pytest.mark.parametrize("slurm, elastic, launcher, chosen", [
+    (CLUSTER, ELASTIC, "gloo", "launch_slurm_elastic"),
+    (CLUSTER, None, "gloo", "launch_slurm_gloo"),
+    (CLUSTER, None, "mpi", "launch_slurm_mpi"),
+    (None, ELASTIC, "gloo", "_local_elastic"),
+    (None, None, "gloo", "launch_gloo_local"),
+    (None, None, "mpi", "launch_mpi_local"),
+])
+def test_each_request_goes_to_one_launcher(slurm: Optional[SlurmCluster], elastic: Optional[ElasticLaunch],
+                                           launcher: str, chosen: str, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    called: list[str] = []
+    for name in LAUNCHER_FUNCTIONS:
+        monkeypatch.setattr(dispatch, name, lambda *args, _name=name, **kwargs: called.append(_name))
+    job = TrainingJob([], 2, 1, None, tmp_path / "out", tmp_path / "logs")
+    dispatch.launch(object(), LaunchRequest(job, launcher, local_plan(2, "none"), elastic, slurm))  # type: ignore[arg-type]
+    assert called == [chosen]

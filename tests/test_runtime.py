@@ -1,0 +1,123 @@
+"""The runtime seam: every runtime the factory builds satisfies the Runtime protocol, and only the runtime package
+knows which runtimes exist."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from hvdflow.config.profile import RUNTIMES
+from hvdflow.errors import ConfigError
+from hvdflow.images.pull import ContainerRecord
+from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
+from hvdflow.launch.runtime.base import KINDS
+from hvdflow_wire.task import NvidiaSetup
+from hvdflow_wire.values import from_json, to_json
+
+RUNTIME_PACKAGE = REPO / "src" / "hvdflow" / "launch" / "runtime"
+
+
+def _record(udocker_dir: Path) -> ContainerRecord:
+    return ContainerRecord(image="hvdflow-cpu", reference="hvdflow/cpu:1", registry="http://127.0.0.1:5999",
+                           digest="sha256:" + "0" * 64, container="c1", execmode="P1", udocker_dir=str(udocker_dir),
+                           created=time.time())
+
+
+@pytest.fixture
+def runtimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Runtime]:
+    """Each runtime the factory knows, built by it: udocker with the host's proot (no image needed), native with
+    this interpreter standing in for the image's venv (its creation needs the image's wheels)."""
+    import hvdflow.launch.runtime.native_venv as native_venv
+
+    monkeypatch.setattr(native_venv, "native_python", lambda venv_dir, image, catalog: Path(sys.executable))
+    settings = RuntimeSettings("udocker", proot="host", native_venv_dir=tmp_path / "native",
+                               catalog=REPO / "containers" / "catalog.yaml", allow_root=True)
+    record = _record(tmp_path / "udocker")
+    return {kind: make_runtime(RuntimeSettings(kind, settings.proot, settings.native_venv_dir, settings.catalog,
+                                               settings.allow_root), record) for kind in KINDS}
+
+
+def test_the_factory_builds_every_runtime_a_profile_may_name() -> None:
+    assert tuple(KINDS) == RUNTIMES == ("udocker", "native")
+
+
+@pytest.mark.parametrize("kind", ["udocker", "native"])
+def test_every_runtime_the_factory_builds_satisfies_the_protocol(runtimes: dict[str, Runtime], kind: str,
+                                                                 tmp_path: Path) -> None:
+    runtime = runtimes[kind]
+    assert isinstance(runtime, Runtime)
+    assert runtime.name == kind
+    argv = runtime.command(["python3", "-c", "import os; print(os.environ['HVDFLOW_PROBE'])"], {"HVDFLOW_PROBE": "x"},
+                           [tmp_path])
+    assert all(isinstance(a, str) for a in argv) and argv[-2:] == ["-c", "import os; print(os.environ['HVDFLOW_PROBE'])"]
+    env = runtime.process_env()
+    assert "PATH" in env
+    setup = runtime.gpu_setup()
+    assert setup is None or from_json(NvidiaSetup, to_json(setup), "gpu_setup") == setup   # a value of the task file
+    assert runtime.engine() and all(isinstance(v, str) for v in runtime.engine().values())
+
+
+def test_the_native_runtime_runs_a_command_for_real(runtimes: dict[str, Runtime], tmp_path: Path) -> None:
+    runtime = runtimes["native"]
+    code = "import os, hvdflow_index, hvdflow_runstate; print(os.environ['HVDFLOW_PROBE'], os.getcwd())"
+    proc = subprocess.run(runtime.command(["python3", "-c", code], {"HVDFLOW_PROBE": "seen"}, [tmp_path]),
+                          env=runtime.process_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["seen", str(tmp_path)]
+
+
+def test_the_udocker_runtime_runs_in_its_container_with_the_chosen_proot(runtimes: dict[str, Runtime],
+                                                                         tmp_path: Path) -> None:
+    runtime = runtimes["udocker"]
+    argv = runtime.command(["python3", "-V"], {"HOROVOD_RANK": "0"}, [tmp_path])
+    assert argv[argv.index("run"):][-3:] == ["c1", "python3", "-V"]
+    assert "--env=HOROVOD_RANK=0" in argv and str(tmp_path) in argv
+    assert (tmp_path / "udocker" / "containers" / "c1" / "ROOT" / str(tmp_path).lstrip("/")).is_dir()
+    assert runtime.process_env()["UDOCKER_DIR"] == str(tmp_path / "udocker")
+    assert runtime.gpu_setup() == NvidiaSetup(str(tmp_path / "udocker"), "c1")
+    assert runtime.engine() == {"proot": "/usr/bin/proot"}
+
+
+def test_the_gpu_setup_is_skipped_where_no_driver_exists(runtimes: dict[str, Runtime], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import hvdflow.launch.runtime.udocker as udocker_runtime
+
+    monkeypatch.setattr(udocker_runtime, "NVIDIA_DRIVER", tmp_path / "no-driver")
+    setup = runtimes["udocker"].gpu_setup()
+    assert setup is not None and expose_gpus(setup).endswith(": udocker setup --nvidia skipped")
+
+
+def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown runtime 'docker'; choose one of udocker, native"):
+        make_runtime(RuntimeSettings("docker", allow_root=True), _record(tmp_path))
+
+
+def test_no_module_outside_the_runtime_package_imports_a_runtime_of_its_own() -> None:
+    concrete = {f"hvdflow.launch.runtime.{p.stem}" for p in RUNTIME_PACKAGE.glob("*.py")} - {
+        "hvdflow.launch.runtime.__init__", "hvdflow.launch.runtime.base", "hvdflow.launch.runtime.settings"}
+    offenders = []
+    for path in sorted((REPO / "src" / "hvdflow").rglob("*.py")):
+        if RUNTIME_PACKAGE in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n in concrete]
+    assert not offenders
+
+
+def test_the_record_names_udockers_proot_and_no_engine_for_a_native_run(tmp_path: Path) -> None:
+    from hvdflow.launch.runtime import recorded_engine
+
+    image = {"udocker_dir": str(tmp_path), "container": "c1"}
+    assert recorded_engine(RuntimeSettings("native", allow_root=True), image) is None
+    host = recorded_engine(RuntimeSettings("udocker", proot="host", allow_root=True), image)
+    assert host is not None and host["choice"] == "host" and host["binary"] == "/usr/bin/proot" and len(host["sha256"]) == 64
+    carried = recorded_engine(RuntimeSettings("udocker", proot="image", allow_root=True), image)
+    assert carried is not None and carried["binary"] is None and "carries no proot" in carried["note"]
