@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from hvdflow.errors import ConfigError
 
 MODELS = ("mlp", "small-cnn", "resnet50")
-"""The models ``hvdflow_trainer.models`` builds (the seam forbids importing it; a test compares the two)."""
+"""The models ``hvdflow_trainer.keras.models`` builds (the seam forbids importing it; a test compares the two)."""
 ALLREDUCE = "allreduce"
 RUNTIMES = ("udocker", "native")
 NAME_PATTERN = r"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>udocker|native)-(?P<rep>\d+)"
