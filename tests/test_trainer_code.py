@@ -68,6 +68,6 @@ def test_an_epochs_shuffle_seed_depends_only_on_the_seed_and_the_epoch() -> None
     ("0:4.4:signal", ["--fail-rank", "0", "--fail-epoch", "4", "--fail-step", "4", "--fail-how", "signal"]),
 ])
 def test_injected_failures_are_read(text: str, args: list[str]) -> None:
-    from hvdflow.pipeline.stages import failure_args
+    from hvdflow.launch.faults import trainer_args
 
-    assert failure_args(text) == args
+    assert trainer_args(text) == args

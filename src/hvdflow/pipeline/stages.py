@@ -21,6 +21,7 @@ from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile, SlurmCluster
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch import faults
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
 from hvdflow.launch.elastic import ElasticSettings, LocalWorkers, launch_elastic
 from hvdflow.launch.job import TrainingJob
@@ -122,7 +123,7 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
     cpus = cpu_plan(spec.slots, slurm, cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
-    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
+    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + faults.trainer_args(fail),
                       spec.slots, spec.nodes, dataset_dir, out_dir, logs_dir)
     begin_attempt(checkpoints, plan)
     started = time.time()
@@ -170,11 +171,6 @@ def launch_ranks(runtime: Runtime, launcher: str, job: TrainingJob, cpus: CpuPla
         launch_mpi_local(runtime, job.ranks, job.argv(), job.logs_dir, job.paths(), timeout, cpus, progress=progress)
 
 
-ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
-"""Test hook: how many one-rank slots this machine offers an elastic run (default: the experiment's ``ranks``), to
-start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would."""
-
-
 def elastic_settings(spec: TrainSpec, profile: ClusterProfile) -> Optional[ElasticSettings]:
     """The elastic run's settings (the experiment's bounds, the profile's cooldown and timeout); None for a fixed
     run. LaunchError where the profile cannot run it: the MPI launcher."""
@@ -190,7 +186,7 @@ def launch_elastic_local(runtime: Runtime, job: TrainingJob, cpus: CpuPlan, elas
                          iface: str, timeout: Optional[float], progress: Optional[Path]) -> None:
     """An elastic run set for ``ranks`` on this machine: one one-rank slot per slot of the job (each with its cores),
     Horovod's driver in the runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
-    slots = min(int(os.environ.get(ELASTIC_SLOTS, job.ranks)), job.ranks)
+    slots = faults.elastic_slots(job.ranks)
     with ranks_tmpdir(job.logs_dir) as tmp_env:
         workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i) for i in range(slots)],
                                tmp_env, [job.logs_dir, *job.paths()])
@@ -203,19 +199,6 @@ def final_size(out_dir: Path) -> int:
     the results names rank 0's missing file)."""
     rank0 = out_dir / "rank-0.json"
     return int(json.loads(rank0.read_text())["size"]) if rank0.exists() else 1
-
-
-def failure_args(fail: Optional[str]) -> list[str]:
-    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` (none for None)."""
-    if not fail:
-        return []
-    rank, when, *how = fail.split(":")
-    epoch, _, step = when.partition(".")
-    modes = [h for h in how if h != "once"]
-    if len(modes) > 1 or set(modes) - {"exit", "exit0", "kill", "signal"}:
-        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, exit0, kill, signal, then optionally once")
-    return (["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how", (modes or ["exit"])[0]]
-            + (["--fail-once"] if "once" in how else []))
 
 
 def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[dict[str, object]]:
