@@ -13,8 +13,8 @@ from hvdflow.config.benchmark import MODELS, Measurement, benchmark_spec
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
-from hvdflow_trainer import models
 from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for
+from hvdflow_trainer.keras import models
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -45,7 +45,7 @@ def test_split_fractions_are_checked() -> None:
 
 
 def test_a_rank_uses_the_one_gpu_it_sees_or_its_local_ranks() -> None:
-    from hvdflow_trainer.train import pick_gpu
+    from hvdflow_trainer.placement import pick_gpu
 
     assert pick_gpu(["gpu:0"], 3) == "gpu:0"  # its launcher narrowed the list to its own
     assert pick_gpu(["gpu:0", "gpu:1"], 1) == "gpu:1"
@@ -54,7 +54,7 @@ def test_a_rank_uses_the_one_gpu_it_sees_or_its_local_ranks() -> None:
 
 
 def test_an_epochs_shuffle_seed_depends_only_on_the_seed_and_the_epoch() -> None:
-    from hvdflow_trainer.train import epoch_seed
+    from hvdflow_trainer.input_plan import epoch_seed
 
     seeds = [epoch_seed(1234, epoch) for epoch in range(100)]
     assert len(set(seeds)) == 100 and seeds == [epoch_seed(1234, epoch) for epoch in range(100)]
@@ -68,6 +68,6 @@ def test_an_epochs_shuffle_seed_depends_only_on_the_seed_and_the_epoch() -> None
     ("0:4.4:signal", ["--fail-rank", "0", "--fail-epoch", "4", "--fail-step", "4", "--fail-how", "signal"]),
 ])
 def test_injected_failures_are_read(text: str, args: list[str]) -> None:
-    from hvdflow.pipeline.stages import failure_args
+    from hvdflow.launch.faults import trainer_args
 
-    assert failure_args(text) == args
+    assert trainer_args(text) == args

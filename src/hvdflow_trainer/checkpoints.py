@@ -1,23 +1,21 @@
-"""Full-state checkpoints of a training run with TensorFlow's own machinery, named by the run's manifest.
+"""The manifest of a run's checkpoints and the decision where to resume, whatever framework writes the files.
 
-``tf.train.Checkpoint`` holds the model's weights (BatchNorm statistics included) and the optimizer's variables:
-its iteration count, its slots and the hyper variables (learning rate, momentum) that Horovod's warm-up changes.
-``tf.train.CheckpointManager`` writes ``ckpt-<global step>`` and keeps the last few. What Keras does not hold (the
-position in the epoch, the history so far, the running metric sums of an epoch stopped half-way) goes into the
-manifest entry, which :mod:`hvdflow_runstate` writes after the files, last and atomically. Rank 0 saves; every rank
-restores the same checkpoint, so all of them continue from identical state.
+A framework saves its state as files named ``<name>.*`` in the run's folder (:mod:`.keras.checkpoints`:
+TensorFlow's ``ckpt-<global step>``); what it does not hold (the position in the epoch, the history so far, the
+running metric sums of an epoch stopped half-way) goes into the manifest entry, which :mod:`hvdflow_runstate` writes
+after the files, last and atomically, with every file's sha256. Every rank resumes from the same entry: the newest
+sound checkpoint of the same run.
 
 When the ranks' states differ (neighbour averaging: each rank has its own weights and momentum), every rank saves its
-own: rank r > 0 into ``rank-<r>/`` beside rank 0's files, all under the same name; the ranks meet, and rank 0's
-manifest entry then names every rank's files with their sha256, so a checkpoint is sound only when all of them are.
-Each rank restores its own files of the entry rank 0 picked.
+own: rank r > 0 into ``rank-<r>/`` beside rank 0's files, all under the same name; rank 0's manifest entry then names
+every rank's files with their sha256, so a checkpoint is sound only when all of them are.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from hvdflow_runstate import (
     MANIFEST,
@@ -32,28 +30,23 @@ from hvdflow_runstate import (
 )
 
 
-class RunCheckpoints:
-    """The checkpoints of one run in ``folder``: restore the newest sound one, save new ones, keep the last ``keep``."""
+class CheckpointManifest:
+    """The manifest of one run's checkpoints in ``folder`` as this rank sees it; it keeps the last ``keep``."""
 
-    def __init__(self, folder: str, identity: Dict[str, object], keep: int, model, optimizer,  # type: ignore[no-untyped-def]
-                 rank: int = 0, size: int = 1, barrier: Optional[Callable[[], None]] = None) -> None:
-        """``barrier`` (all ranks call it) given: every rank saves its own state (see the module's docstring)."""
-        import tensorflow as tf
-
+    def __init__(self, folder: str, identity: Dict[str, object], keep: int, rank: int = 0, size: int = 1,
+                 per_rank: bool = False) -> None:
+        """``per_rank``: every rank saves its own state (see the module's docstring)."""
         self.folder, self.identity, self.keep = folder, identity, keep
-        self.model, self.optimizer = model, optimizer
-        self.rank, self.size, self.barrier = rank, size, barrier
-        # the optimizer's variables exist before a restore or a save, without a training step (which would change
-        # the iteration count and the weights)
-        optimizer._create_all_weights(model.trainable_variables)
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, os.path.join(folder, self.rank_folder(rank)),
-                                                  max_to_keep=keep, checkpoint_name="ckpt")
+        self.rank, self.size, self.per_rank = rank, size, per_rank
         self.manifest = new_manifest(identity)
 
     def rank_folder(self, rank: int) -> str:
         """Where ``rank``'s files go, relative to the run's folder: rank 0's (or the only) state at the top."""
-        return "rank-%d" % rank if self.barrier is not None and rank > 0 else ""
+        return "rank-%d" % rank if self.per_rank and rank > 0 else ""
+
+    def own_files(self, name: str) -> str:
+        """The path prefix of this rank's files of the checkpoint ``name``."""
+        return os.path.join(self.folder, self.rank_folder(self.rank), name)
 
     def follow(self, rank: int, size: int) -> None:
         """This process is now ``rank`` of ``size`` (an elastic run changed them); the new rank 0 reads the manifest
@@ -62,8 +55,9 @@ class RunCheckpoints:
             self.manifest = read_manifest(self.folder) or self.manifest
         self.rank, self.size = rank, size
 
-    def restore(self) -> Optional[Dict[str, object]]:
-        """Restore the newest sound checkpoint of this run; its manifest entry, or None to start from scratch.
+    def resume_entry(self) -> Optional[Dict[str, object]]:
+        """The manifest entry of the newest sound checkpoint of this run, or None to start from scratch; the
+        manifest kept from here on ends with it.
 
         CheckpointError if the folder holds another run's checkpoints, or names checkpoints of which none is sound.
         """
@@ -81,8 +75,6 @@ class RunCheckpoints:
                 raise CheckpointError("%s: none of the checkpoints its manifest names is sound: %s"
                                       % (self.folder, "; ".join(warnings)))
             return None
-        own = os.path.join(self.folder, self.rank_folder(self.rank), str(entry["name"]))
-        self.checkpoint.restore(own).assert_existing_objects_matched()
         kept: List[Dict[str, object]] = []
         for candidate in manifest["checkpoints"]:  # type: ignore[union-attr]
             kept.append(candidate)
@@ -92,24 +84,12 @@ class RunCheckpoints:
         self.manifest = manifest
         return entry
 
-    def save(self, epoch: int, step: int, steps_per_epoch: int, state: Dict[str, object], reason: str
-             ) -> Optional[Dict[str, object]]:
-        """Write a checkpoint after ``epoch`` epochs and ``step`` more steps, then the manifest naming it.
-
-        Every rank calls it; rank 0 writes (and returns) the manifest entry, the others write their own state or
-        nothing, and return None.
-        """
-        if self.barrier is None and self.rank != 0:
-            return None
-        started = time.perf_counter()
-        prefix = self.manager.save(checkpoint_number=epoch * steps_per_epoch + step)
-        name = os.path.basename(prefix)
-        if self.barrier is not None:
-            self.barrier()  # every rank's files are written before rank 0 hashes them and writes the manifest
-        if self.rank != 0:
-            return None
+    def record(self, name: str, epoch: int, step: int, steps_per_epoch: int, state: Dict[str, object], reason: str,
+               started: float) -> Dict[str, object]:
+        """Name the files of checkpoint ``name`` (every rank's, written) in a new manifest entry and write the
+        manifest (rank 0 only); the entry. ``started``: ``time.perf_counter()`` when the save began."""
         files = {}
-        for rank in range(self.size if self.barrier is not None else 1):
+        for rank in range(self.size if self.per_rank else 1):
             sub = self.rank_folder(rank)
             for f in sorted(os.listdir(os.path.join(self.folder, sub))):
                 if f.startswith(name + "."):

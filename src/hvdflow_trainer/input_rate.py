@@ -1,6 +1,6 @@
 """How fast one rank's training input pipeline delivers records, without training (for benchmarks/prepare_throughput).
 
-Builds exactly the dataset a rank trains on (train.rank_dataset: its shards or records, shuffle, decode, normalise,
+Builds exactly the dataset a rank trains on (keras.data.rank_dataset: its shards or records, shuffle, decode, normalise,
 batch), runs it for a number of passes and prints records/s and MB/s of shard bytes as JSON.
 """
 
@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from hvdflow_index import read_index, verified_shards
 
-from .train import rank_dataset
+from .keras.data import rank_dataset
 
 
 def main(argv: Optional[List[str]] = None) -> None:

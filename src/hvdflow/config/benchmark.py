@@ -14,7 +14,7 @@ from hvdflow.config.profile import RUNTIMES
 from hvdflow.errors import ConfigError
 
 MODELS = ("mlp", "small-cnn", "resnet50")
-"""The models ``hvdflow_trainer.models`` builds (the seam forbids importing it; a test compares the two)."""
+"""The models ``hvdflow_trainer.keras.models`` builds (the seam forbids importing it; a test compares the two)."""
 ALLREDUCE = "allreduce"
 NAME_PATTERN = rf"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>{'|'.join(RUNTIMES)})-(?P<rep>\d+)"
 """How a measurement's name reads back (:attr:`Measurement.name`)."""

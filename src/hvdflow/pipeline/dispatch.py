@@ -5,19 +5,15 @@ with local workers, :mod:`hvdflow.launch`) or across the nodes of the current Sl
 
 from __future__ import annotations
 
-import os
 import socket
 
+from hvdflow.launch import faults
 from hvdflow.launch.elastic import LocalWorkers, launch_elastic
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
 from hvdflow.launch.rank_env import placements
 from hvdflow.launch.request import ElasticLaunch, LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.slurm.launch import launch_slurm_elastic, launch_slurm_gloo, launch_slurm_mpi
-
-ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
-"""Test hook: how many one-rank slots this machine offers an elastic run (default: the experiment's ``ranks``), to
-start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would."""
 
 
 def launch(runtime: Runtime, request: LaunchRequest) -> None:
@@ -46,7 +42,7 @@ def _local_elastic(runtime: Runtime, request: LaunchRequest, elastic: ElasticLau
     """An elastic run on this machine: one one-rank slot per slot of the job (each with its cores), Horovod's driver
     in the runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
     job, cpus = request.job, request.cpus
-    slots = min(int(os.environ.get(ELASTIC_SLOTS, job.ranks)), job.ranks)
+    slots = faults.elastic_slots(job.ranks)
     with ranks_tmpdir(job.logs_dir) as tmp_env:
         workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i) for i in range(slots)],
                                tmp_env, [job.logs_dir, *job.paths()])

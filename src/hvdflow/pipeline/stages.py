@@ -20,6 +20,7 @@ from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import LAUNCHERS, ClusterProfile, SlurmCluster
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.launch import faults
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
 from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
@@ -121,7 +122,7 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
     cpus = cpu_plan(spec.slots, slurm, cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
-    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + failure_args(fail),
+    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + faults.trainer_args(fail),
                       spec.slots, spec.nodes, dataset_dir, out_dir, logs_dir)
     begin_attempt(checkpoints, plan)
     started = time.time()
@@ -164,19 +165,6 @@ def final_size(out_dir: Path) -> int:
     the results names rank 0's missing file)."""
     rank0 = out_dir / "rank-0.json"
     return read_rank_result(rank0).size if rank0.exists() else 1
-
-
-def failure_args(fail: Optional[str]) -> list[str]:
-    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` (none for None)."""
-    if not fail:
-        return []
-    rank, when, *how = fail.split(":")
-    epoch, _, step = when.partition(".")
-    modes = [h for h in how if h != "once"]
-    if len(modes) > 1 or set(modes) - {"exit", "exit0", "kill", "signal"}:
-        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, exit0, kill, signal, then optionally once")
-    return (["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how", (modes or ["exit"])[0]]
-            + (["--fail-once"] if "once" in how else []))
 
 
 def read_rank_result(path: Path) -> RankResult:

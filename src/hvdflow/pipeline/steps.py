@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -20,6 +19,7 @@ from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ensure_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.launch import faults
 from hvdflow.launch.image_check import check_image, needs_of, refusal, table
 from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
@@ -108,7 +108,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
 
     A run stopped on a signal (a checkpoint saved) inside a Slurm job requeues the job, which resumes it; where Slurm
     refuses, or outside Slurm, the step fails so that the rule's retries (or the next call) resume it.
-    ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` makes a rank fail on purpose (for tests).
+    ``HVDFLOW_INJECT_RANK_FAILURE`` makes a rank fail on purpose (for tests: :mod:`hvdflow.launch.faults`).
     """
     with logged(log):
         started = time.time()
@@ -119,7 +119,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
             results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
                             train_spec, index.parent.resolve(), out_dir, logs_dir,
                             identity_of(spec, digest, index), iface=profile.network_interface,
-                            fail=os.environ.get("HVDFLOW_INJECT_RANK_FAILURE"), slurm=profile.slurm,
+                            fail=faults.injected_rank_failure(), slurm=profile.slurm,
                             timeout=profile.step_timeout, progress=log.resolve(), cpu_bind=profile.cpu_bind,
                             elastic=elastic_settings(train_spec, profile))
         except RunStopped as stopped:

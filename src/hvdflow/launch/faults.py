@@ -1,0 +1,44 @@
+"""Fault injection for tests, the host's side: the environment variables the end-to-end tests set, read here only.
+
+- ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` makes a rank fail on purpose;
+  :func:`trainer_args` turns it into the trainer's hidden options (:mod:`hvdflow_trainer.faults` reads them).
+- ``HVDFLOW_ELASTIC_SLOTS`` is how many one-rank slots this machine offers an elastic run (default: the experiment's
+  ``ranks``), to start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would.
+
+Production code consults this module through one call at each place; without the variables every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from hvdflow.errors import LaunchError
+
+INJECT_RANK_FAILURE = "HVDFLOW_INJECT_RANK_FAILURE"
+ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
+HOW = ("exit", "exit0", "kill", "signal")
+
+
+def injected_rank_failure() -> Optional[str]:
+    """The failure a test asked for with ``HVDFLOW_INJECT_RANK_FAILURE`` (None: none)."""
+    return os.environ.get(INJECT_RANK_FAILURE)
+
+
+def trainer_args(fail: Optional[str]) -> list[str]:
+    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` (none for None)."""
+    if not fail:
+        return []
+    rank, when, *how = fail.split(":")
+    epoch, _, step = when.partition(".")
+    modes = [h for h in how if h != "once"]
+    if len(modes) > 1 or set(modes) - set(HOW):
+        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, exit0, kill, signal, then optionally once")
+    return (["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how", (modes or ["exit"])[0]]
+            + (["--fail-once"] if "once" in how else []))
+
+
+def elastic_slots(ranks: int) -> int:
+    """How many one-rank slots this machine offers an elastic run set for ``ranks``: ``ranks``, or fewer where a test
+    says so with ``HVDFLOW_ELASTIC_SLOTS``."""
+    return min(int(os.environ.get(ELASTIC_SLOTS, ranks)), ranks)

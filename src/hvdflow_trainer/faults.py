@@ -1,0 +1,78 @@
+"""Fault injection for tests, the trainer's side: one rank fails on purpose at a given position.
+
+The host passes the test's request (``HVDFLOW_INJECT_RANK_FAILURE``, see :mod:`hvdflow.launch.faults`) as hidden
+options; :func:`add_options` declares them and :func:`injected_failures` is the one call the step loop makes: an
+empty list unless a test asked for a failure. Nothing else in the trainer knows about them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from typing import List
+
+HOW = ("exit", "exit0", "kill", "signal")
+MARKER = ".injected-failure"
+"""The file (in the run's checkpoint folder) that a failure injected ``once`` writes before failing."""
+
+
+class InjectedFailure:
+    """One rank fails at a given position, after a step or at an epoch's end.
+
+    ``how`` is ``exit`` (status 3), ``exit0`` (status 0, as a rank whose error an elastic wrapper swallowed),
+    ``kill`` (SIGKILL) or ``signal`` (SIGUSR1 to itself, as Slurm's warning before a
+    time limit: the ranks then stop after that step and rank 0 saves). With a ``marker`` file it fails only once: the
+    marker is written first, and a later attempt that finds it trains on.
+    """
+
+    HOW = HOW
+
+    def __init__(self, rank: int, epoch: int, step: int, how: str, marker: str) -> None:
+        if how not in self.HOW:
+            raise ValueError("injected failure: %r is not one of %s" % (how, ", ".join(self.HOW)))
+        self.rank, self.epoch, self.step, self.how, self.marker = rank, epoch, step, how, marker
+
+    def fail(self, rank: int, where: str) -> None:
+        """Fail now as told (unless the marker says it already did)."""
+        if self.marker:
+            if os.path.exists(self.marker):
+                return
+            with open(self.marker, "w") as handle:
+                handle.write(where + "\n")
+        print("rank %d: failing on purpose (%s) %s" % (rank, self.how, where), flush=True)
+        if self.how == "signal":
+            # raise(), not kill(): delivered to this (the main) thread before it returns, so the flag is set before
+            # this step's agreement. kill() may hand it to one of TensorFlow's threads, and the stop comes a step later
+            signal.raise_signal(signal.SIGUSR1)
+            return
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0 if self.how == "exit0" else 3)
+
+    def after_step(self, rank: int, epochs_done: int, steps_done: int) -> None:
+        """Called after every step (before the run's control counts it): fail if ``rank`` is at the position."""
+        if rank == self.rank and self.step and epochs_done + 1 == self.epoch and steps_done == self.step:
+            self.fail(rank, "at step %d of epoch %d" % (self.step, self.epoch))
+
+    def after_epoch(self, rank: int, epoch: int) -> None:
+        """Called at the end of epoch ``epoch`` (from 0): fail if ``rank`` is to fail after it."""
+        if rank == self.rank and not self.step and epoch + 1 == self.epoch:
+            self.fail(rank, "after epoch %d" % self.epoch)
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The trainer's hidden test options (the host's :func:`hvdflow.launch.faults.trainer_args` writes them)."""
+    parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-epoch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-step", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--fail-how", default="exit", help=argparse.SUPPRESS)
+    parser.add_argument("--fail-once", action="store_true", help=argparse.SUPPRESS)
+
+
+def injected_failures(args: argparse.Namespace) -> List[InjectedFailure]:
+    """The failures a test asked for with the hidden options: none (the default), or one."""
+    if args.fail_rank < 0:
+        return []
+    marker = os.path.join(args.checkpoint_dir, MARKER) if args.fail_once else ""
+    return [InjectedFailure(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how, marker)]

@@ -1,0 +1,148 @@
+"""The benchmark's measurements with TensorFlow and Horovod (see :mod:`hvdflow_trainer.benchmark`): a model's training
+throughput on synthetic data, Horovod's allreduce bandwidth, and the raw TCP bandwidth between two ranks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from typing import Dict, List
+
+from ..benchmark import ALLREDUCE, SHAPES, TCP_BYTES, TCP_CHUNK, bus_bandwidth, interface_address, iterations_for
+
+
+def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+    """Train ``args.kind`` on one repeated synthetic batch; the times of the first, warm-up and last steps."""
+    from .models import build_model, sgd
+
+    shape, classes, multi = SHAPES[args.kind]
+    rng = __import__("numpy").random.default_rng(args.seed + hvd.rank())
+    x = rng.standard_normal((args.batch_size,) + shape).astype("float32")
+    if multi:
+        y = (rng.random((args.batch_size, classes)) < 0.2).astype("float32")
+        loss = "binary_crossentropy"
+    else:
+        y = rng.integers(0, classes, size=(args.batch_size,)).astype("int64")
+        loss = "sparse_categorical_crossentropy"
+    steps = args.warmup_steps + args.steps
+    data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
+    model = build_model(args.kind, shape, classes, multi, args.hidden_units)
+    optimizer = hvd.DistributedOptimizer(sgd(0.01 * hvd.size(), 0.9))
+    model.compile(optimizer=optimizer, loss=loss)
+    ends: List[float] = []
+
+    class StepTimes(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
+            ends.append(time.time())
+
+    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), StepTimes()])
+    measured = ends[-1] - ends[args.warmup_steps - 1]
+    return {"first_step_end": ends[0], "measured_seconds": measured,
+            "samples_per_second": args.steps * args.batch_size * hvd.size() / measured,
+            "parameters": int(model.count_params())}
+
+
+def _allreduce_sweep(args: argparse.Namespace, hvd, tf) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
+    """Time Horovod's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib`` (``hvd``:
+    ``horovod.tensorflow``); each size's time is the slowest rank's mean."""
+    rows = []
+    for kib in args.sizes_kib:
+        size = kib * 1024
+        tensor = tf.ones([size // 4], dtype=tf.float32)
+        for _ in range(2):  # warm-up: Horovod negotiates a new tensor name and shape once
+            hvd.allreduce(tensor, op=hvd.Sum, name="bench%d" % kib).numpy()
+        iterations = iterations_for(size)
+        start = time.perf_counter()
+        for _ in range(iterations):
+            hvd.allreduce(tensor, op=hvd.Sum, name="bench%d" % kib).numpy()
+        seconds = (time.perf_counter() - start) / iterations
+        seconds = float(hvd.allreduce(tf.constant(seconds), op=hvd.Max, name="time%d" % kib).numpy())
+        rows.append({"size_bytes": size, "seconds": seconds, "iterations": iterations,
+                     "bus_bandwidth_bytes_per_second": bus_bandwidth(size, seconds, hvd.size())})
+    return rows
+
+
+def _tcp_bandwidth(hvd) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+    """Stream TCP_BYTES over one plain TCP connection from rank 0 to the last rank (on another node when the ranks
+    span nodes), on the interface Gloo uses; bytes/s, the slower side's view."""
+    import horovod.tensorflow as hvd_tf
+
+    last = hvd.size() - 1
+    server = None
+    address = None
+    if hvd.rank() == last:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.bind(("0.0.0.0", 0))
+        server.listen(1)
+        address = (interface_address(os.environ.get("HOROVOD_GLOO_IFACE", "lo")), server.getsockname()[1])
+    address = hvd_tf.broadcast_object(address, root_rank=last, name="tcp_address")
+    seconds = 0.0
+    if hvd.rank() == last:
+        connection, _ = server.accept()  # type: ignore[union-attr]
+        received, start = 0, time.perf_counter()
+        while received < TCP_BYTES:
+            chunk = connection.recv(TCP_CHUNK)
+            if not chunk:
+                raise RuntimeError("the TCP benchmark's sender closed after %d of %d bytes" % (received, TCP_BYTES))
+            received += len(chunk)
+        seconds = time.perf_counter() - start
+        connection.sendall(b"k")
+        connection.close()
+        server.close()  # type: ignore[union-attr]
+    elif hvd.rank() == 0:
+        sender = socket.create_connection(tuple(address), timeout=120)
+        buffer = b"\0" * TCP_CHUNK
+        start = time.perf_counter()
+        for _ in range(TCP_BYTES // TCP_CHUNK):
+            sender.sendall(buffer)
+        sender.recv(1)
+        seconds = time.perf_counter() - start
+        sender.close()
+    times = hvd_tf.allgather_object(seconds, name="tcp_seconds")
+    return {"bytes": TCP_BYTES, "seconds": max(times), "bytes_per_second": TCP_BYTES / max(times),
+            "from": "rank 0", "to": "rank %d" % last, "address": list(address)}
+
+
+def run(args: argparse.Namespace) -> Dict[str, object]:
+    """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
+    ``rank-<r>.json``: the launchers take a rank that exits 0 without one for a failed rank)."""
+    started = time.perf_counter()
+    import horovod
+    import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+
+    imported_at = time.time()
+    import_seconds = time.perf_counter() - started
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[hvd.local_rank() % len(gpus)]
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.experimental.set_memory_growth(gpu, True)
+    tf.keras.utils.set_random_seed(args.seed)
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    result: Dict[str, object] = {"rank": hvd.rank(), "kind": args.kind, "ranks": hvd.size(), "threads": args.threads,
+                                 "tensorflow": tf.__version__, "horovod": horovod.__version__,
+                                 "gpus": len(gpus), "python": sys.version.split()[0]}
+    if args.kind == ALLREDUCE:
+        result["allreduce"] = _allreduce_sweep(args, hvd_tf, tf)
+        result["tcp"] = _tcp_bandwidth(hvd)
+    else:
+        result.update(_timed_model(args, hvd, tf), batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+                      steps=args.steps)
+        first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
+        result["seconds_to_first_step"] = max(hvd_tf.allgather_object(first, name="first_step"))
+    ranks = hvd_tf.allgather_object({"import_seconds": import_seconds, "launch_to_import": imported_at - args.launched,
+                                     "hostname": socket.gethostname(), "cpus": sorted(os.sched_getaffinity(0))},
+                                    name="rank_facts")
+    result["import_seconds"] = max(float(r["import_seconds"]) for r in ranks)
+    result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in ranks)
+    result["per_rank"] = ranks
+    return result if hvd.rank() == 0 else {"rank": hvd.rank()}
+
+

@@ -1,0 +1,35 @@
+"""Test-set metrics of a saved Keras model: single-label (argmax) or multi-label (sigmoid scores) metrics."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+from hvdflow_index import read_index, verified_shards
+
+from ..metrics import multi_label_metrics, single_label_metrics
+from ..records import parse_fn
+
+TASKS = ("single-label", "multi-label")
+
+
+def evaluate(model_path: str, dataset_dir: str, batch_size: int) -> Dict[str, object]:
+    """Evaluate the saved model on the dataset's test split (shards verified first), by the dataset's task."""
+    import numpy as np
+    import tensorflow as tf
+
+    index = read_index(dataset_dir)
+    if index["task"] not in TASKS:
+        raise ValueError("%s has task %r; evaluate supports %s" % (dataset_dir, index["task"], ", ".join(TASKS)))
+    paths = verified_shards(dataset_dir, index, "test")
+    model = tf.keras.models.load_model(model_path, compile=False)
+    data = tf.data.TFRecordDataset(paths).map(parse_fn(index)).batch(batch_size)
+    truth_batches = []
+    score_batches = []
+    for x, y in data:
+        truth_batches.append(y.numpy())
+        score_batches.append(model(x, training=False).numpy())
+    truth, scores = np.concatenate(truth_batches), np.concatenate(score_batches)
+    class_names = list(index["class_names"])  # type: ignore[call-overload]
+    if index["task"] == "multi-label":
+        return multi_label_metrics(truth, scores, class_names)
+    return single_label_metrics([int(v) for v in truth], [int(v) for v in np.argmax(scores, axis=1)], class_names)
