@@ -31,10 +31,9 @@ from typing import Any
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
 from hvdflow.errors import RunStopped
-from hvdflow.launch.runtime import Runtime
+from hvdflow.launch.runtime import Runtime, runtime_for
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
-from hvdflow.pipeline.steps import runtime_for
 
 SAVED = re.compile(r"hvdflow: checkpoint \S+ saved at .*, (\d+) bytes in ([\d.]+) s")
 
@@ -46,8 +45,8 @@ def _run(runtime: Runtime, spec: TrainSpec, dataset: Path, out: Path, fail: str 
     started = time.perf_counter()
     identity = identity_of(asdict(spec), "benchmark", dataset / "index.json")
     try:
-        result: dict[str, Any] = train(runtime, "gloo", spec, dataset, out, out / "logs", identity, fail=fail,
-                                       progress=progress)[0]
+        result = train(runtime, "gloo", spec, dataset, out, out / "logs", identity, fail=fail,
+                       progress=progress)[0].to_json()
     except RunStopped:
         result = {}
     saves = [(int(b), float(s)) for b, s in SAVED.findall(progress.read_text())]

@@ -33,11 +33,10 @@ from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
 from hvdflow.errors import LaunchError
 from hvdflow.launch.elastic import ElasticSettings, read_events, timeline
-from hvdflow.launch.runtime import Runtime
+from hvdflow.launch.runtime import Runtime, runtime_for
 from hvdflow.pipeline.plots import plot_membership
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
-from hvdflow.pipeline.steps import runtime_for
 
 KILL = "1:3.3:kill:once"
 """Rank 1, after step 3 of epoch 3: 3 steps of work since epoch 2's end (the checkpoint and the elastic commit)."""
@@ -82,9 +81,9 @@ def retry_run(runtime: Runtime, spec: TrainSpec, dataset: Path, out: Path) -> di
         pass
     result = _train(runtime, spec, dataset, out, None)[0]
     killed, epoch, step = _kill(out)
-    resumed = result["resumed_from"]
-    lost = (epoch - 1 - resumed["epoch"]) * result["steps_per_epoch"] + step - resumed["step"]
-    return {"to_first_step": float(result["first_step_unix"]) - killed, "lost_steps": float(lost)}
+    resumed = result.resumed_from
+    lost = (epoch - 1 - resumed["epoch"]) * result.steps_per_epoch + step - resumed["step"]
+    return {"to_first_step": float(result.first_step_unix) - killed, "lost_steps": float(lost)}
 
 
 def main() -> None:

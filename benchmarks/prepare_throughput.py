@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from dataset_files import BANDS, write_ben_v1  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
+from hvdflow.launch.runtime import runtime_for  # noqa: E402
 from hvdflow.launch.supervise import STEP_TIMEOUT, run_one  # noqa: E402
 from hvdflow.pipeline.stages import gather_dataset, list_dataset, prepare_chunk, train  # noqa: E402
-from hvdflow.pipeline.steps import runtime_for  # noqa: E402
 
 
 def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, log: Path) -> tuple[float, list[dict]]:  # type: ignore[no-untyped-def,type-arg]
@@ -118,8 +118,8 @@ def main() -> None:
         spec_train = TrainSpec(ranks=2, model="small-cnn", hidden_units=32, epochs=args.epochs, batch_size=32,
                                learning_rate=0.01, momentum=0.9, warmup_epochs=1, seed=1)
         results = train(runtime, profile.launcher, spec_train, out, base / "train", base / "train-logs")
-        per_rank = int(results[0]["train_records_per_rank"])  # type: ignore[call-overload]
-        epoch = statistics.median(float(s) for s in results[0]["epoch_seconds"][1:])  # type: ignore[index]
+        per_rank = results[0].train_records_per_rank
+        epoch = statistics.median(float(s) for s in results[0].epoch_seconds[1:])
         steps = -(-per_rank // 32)
         print(f"training, small CNN, 2 ranks, batch 32: {steps / epoch:.2f} steps/s, {per_rank / epoch:.1f} "
               f"records/s per rank (epochs 2+, median {epoch:.2f} s incl. validation)")

@@ -22,9 +22,9 @@ from pathlib import Path
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
 from hvdflow.images.catalog import PROOT_ENGINES
+from hvdflow.launch.runtime import runtime_for
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
-from hvdflow.pipeline.steps import runtime_for
 
 
 def main() -> None:
@@ -55,10 +55,10 @@ def main() -> None:
                 identity = identity_of(asdict(spec), "benchmark", args.dataset.resolve() / "index.json")
                 results = train(runtime, "gloo", spec, args.dataset.resolve(), out, out / "logs", identity)
                 wall = time.perf_counter() - start
-                epochs = [float(s) for s in results[0]["epoch_seconds"]]  # type: ignore[union-attr]
+                epochs = [float(s) for s in results[0].epoch_seconds]
                 later = statistics.median(epochs[1:]) if len(epochs) > 1 else float("nan")
                 rows[name].append((wall, epochs[0], later))
-                print(f"{name:11} {rep:>3} {wall:8.2f} {epochs[0]:10.2f} {later:18.3f}  {str(results[0]['weights_sha256'])[:12]}",
+                print(f"{name:11} {rep:>3} {wall:8.2f} {epochs[0]:10.2f} {later:18.3f}  {results[0].weights_sha256[:12]}",
                       flush=True)
     print()
     medians = {name: [statistics.median(v[i] for v in values) for i in range(3)] for name, values in rows.items()}
