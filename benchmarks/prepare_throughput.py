@@ -35,7 +35,7 @@ from dataset_files import BANDS, write_ben_v1  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
 from hvdflow.launch.runtime import runtime_for  # noqa: E402
-from hvdflow.launch.supervise import STEP_TIMEOUT, run_one  # noqa: E402
+from hvdflow.launch.supervise import run_one  # noqa: E402
 from hvdflow.pipeline.stages import gather_dataset, list_dataset, prepare_chunk, train  # noqa: E402
 
 
@@ -57,12 +57,12 @@ def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, 
     return wall, [json.loads((out / f"chunk-{i}" / "report.json").read_text()) for i in range(2)]
 
 
-def input_rate(runtime, dataset: Path, rank: int, size: int, log: Path) -> dict:  # type: ignore[no-untyped-def,type-arg]
-    """The input pipeline's rate for one rank, measured in the runtime."""
+def input_rate(runtime, dataset: Path, rank: int, size: int, log: Path, timeout: float) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """The input pipeline's rate for one rank, measured in the runtime (killed after the profile's ``timeout``)."""
     command = ["python3", "-m", "hvdflow_trainer.input_rate", "--dataset", str(dataset), "--rank", str(rank),
                "--size", str(size), "--passes", "3"]
     log.unlink(missing_ok=True)
-    run_one(runtime, command, [dataset], log, STEP_TIMEOUT, "measuring the input rate")
+    run_one(runtime, command, [dataset], log, timeout, "measuring the input rate")
     return json.loads(log.read_text().strip().splitlines()[-1])
 
 
@@ -110,8 +110,8 @@ def main() -> None:
         shard_mb = sum(int(s["bytes"]) for split in index["splits"].values() for s in split["shards"]) / 1e6
         print(f"{patches} patches, {megabytes:.1f} MB of GeoTIFF and JSON in, {shard_mb:.1f} MB of shards out")
         print()
-        single = input_rate(runtime, out, 0, 1, base / "rate-1.log")
-        half = input_rate(runtime, out, 0, 2, base / "rate-2.log")
+        single = input_rate(runtime, out, 0, 1, base / "rate-1.log", profile.step_timeout)
+        half = input_rate(runtime, out, 0, 2, base / "rate-2.log", profile.step_timeout)
         for label, rate in (("1 rank", single), ("rank 0 of 2", half)):
             print(f"input pipeline, {label} ({rate['sharding']}): {rate['records_per_s']:.0f} records/s, "
                   f"{rate['mb_per_s']:.1f} MB/s of shards")
