@@ -57,7 +57,7 @@ def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, 
     return wall, [json.loads((out / f"chunk-{i}" / "report.json").read_text()) for i in range(2)]
 
 
-def input_rate(runtime, dataset: Path, rank: int, size: int, log: Path, timeout: float) -> dict:  # type: ignore[no-untyped-def,type-arg]
+def input_rate(runtime, dataset: Path, rank: int, size: int, log: Path, timeout: "float | None") -> dict:  # type: ignore[no-untyped-def,type-arg]
     """The input pipeline's rate for one rank, measured in the runtime (killed after the profile's ``timeout``)."""
     command = ["python3", "-m", "hvdflow_trainer.input_rate", "--dataset", str(dataset), "--rank", str(rank),
                "--size", str(size), "--passes", "3"]
