@@ -99,13 +99,13 @@ def test_the_rank_that_failed_on_its_own_is_the_cause(tmp_path: Path) -> None:
     # rank 2 noticed rank 3's death first and exited, with Horovod's shutdown message; rank 3 died without it
     _failure(tmp_path, 2, 100.0, "UnknownError: Horovod has been shut down. This was caused by an exception")
     _failure(tmp_path, 3, 100.5, "rank 3: killing itself (SIGKILL) on purpose after epoch 1\n")
-    assert first_failed_rank(tmp_path)["rank"] == 3  # type: ignore[index]
+    assert first_failed_rank(tmp_path).rank == 3  # type: ignore[union-attr]
 
 
 def test_without_a_clear_cause_the_earliest_failure_is_named(tmp_path: Path) -> None:
     _failure(tmp_path, 1, 7.0, "Traceback: ValueError")
     _failure(tmp_path, 0, 5.0, "Traceback: OSError")
-    assert first_failed_rank(tmp_path)["rank"] == 0  # type: ignore[index]
+    assert first_failed_rank(tmp_path).rank == 0  # type: ignore[union-attr]
     assert first_failed_rank(tmp_path / "none") is None
 
 

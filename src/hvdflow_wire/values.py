@@ -119,10 +119,11 @@ def read_object(path: str) -> Dict[str, Any]:
         return parse_object(handle.read(), path)
 
 
-def write_object(path: str, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as indented, key-sorted JSON so that a reader sees the old file or the whole new one (a
-    temporary file beside ``path``, then renamed over it)."""
+def write_object(path: str, data: Mapping[str, Any], end: str = "") -> None:
+    """Write ``data`` as indented, key-sorted JSON followed by ``end`` so that a reader sees the old file or the whole
+    new one (a temporary file beside ``path``, then renamed over it)."""
     tmp = os.path.join(os.path.dirname(path), ".%s.tmp" % os.path.basename(path))
     with open(tmp, "w") as handle:
         json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write(end)
     os.replace(tmp, path)

@@ -20,7 +20,6 @@ picked by :func:`hvdflow.pipeline.dispatch.launch`; every command line they run 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -28,12 +27,11 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 from hvdflow import code_location
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.elastic import launch_elastic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
@@ -48,6 +46,8 @@ from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.srun import cleanup_step, mpirun_ranks, rank_program, ranks_step, staging_step
 from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_DATASET, NO_SWEEP, read_reports
 from hvdflow_runstate import STOPPED_LINE_END
+from hvdflow_wire import WireError
+from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
 from hvdflow_wire.task import TaskFile
 
 CLEANUP_TIMEOUT = 300.0
@@ -98,17 +98,27 @@ def this_attempt(rank_log: Path) -> str:
     return rank_log.read_text(errors="replace").rsplit(RANK_TASK_HEADER, 1)[-1] if rank_log.exists() else ""
 
 
-def first_failed_rank(logs: Path) -> Optional[dict[str, object]]:
+Marker = TypeVar("Marker")
+
+
+def rank_markers(logs: Path, pattern: str, read: Callable[[str], Marker]) -> list[Marker]:
+    """The markers (``pattern``, read by ``read``) the rank tasks left in ``logs``, by file name; LaunchError naming
+    a malformed one."""
+    try:
+        return [read(str(p)) for p in sorted(logs.glob(pattern))]
+    except WireError as exc:
+        raise LaunchError(f"a malformed rank marker: {exc}") from None
+
+
+def first_failed_rank(logs: Path) -> Optional[RankFailed]:
     """The rank that failed first and on its own, from the ``rank-<r>.failed.json`` the rank tasks leave.
 
     When one rank dies, its peers fail too, with Horovod's shutdown message in their logs; the cause is the earliest
     failure without that message (else the earliest of all).
     """
-    failures = [json.loads(p.read_text()) for p in logs.glob("rank-*.failed.json")]
-    for failure in failures:
-        rank_log = logs / f"rank-{failure['rank']}.log"
-        failure["collateral"] = HOROVOD_SHUTDOWN in this_attempt(rank_log)
-    failures.sort(key=lambda f: (f["collateral"], f["unix"]))
+    failures = rank_markers(logs, RankFailed.GLOB, RankFailed.read)
+    collateral = {f.rank: HOROVOD_SHUTDOWN in this_attempt(logs / f"rank-{f.rank}.log") for f in failures}
+    failures.sort(key=lambda f: (collateral[f.rank], f.unix))
     return failures[0] if failures else None
 
 
@@ -126,9 +136,9 @@ def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
     """Re-raise a failed step as the first failed rank's error, with its log, if a rank task recorded one."""
     failed = first_failed_rank(logs)
     if failed is not None:
-        rank_log = logs / f"rank-{failed['rank']}.log"
-        raise LaunchError(f"{label}: rank {failed['rank']} on {failed['host']} failed first ("
-                          f"{failed['reason']}); the job step was stopped. Log: {rank_log}\n{log_tail(rank_log, 8)}"
+        rank_log = logs / f"rank-{failed.rank}.log"
+        raise LaunchError(f"{label}: rank {failed.rank} on {failed.host} failed first ("
+                          f"{failed.reason}); the job step was stopped. Log: {rank_log}\n{log_tail(rank_log, 8)}"
                           f"\n{exc}") from None
 
 
@@ -142,7 +152,7 @@ def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], t
     except RunStopped:
         raise
     except LaunchError as exc:
-        stopped = sorted(logs.glob("rank-*.stopped.json"))
+        stopped = rank_markers(logs, RankStopped.GLOB, RankStopped.read)
         if (stopped or stopped_after_checkpoint(logs / "rank-0.log")) and first_failed_rank(logs) is None:
             raise RunStopped(f"{label}: the ranks stopped on a signal after a checkpoint; starting the "
                              f"job again resumes the run. Log: {logs / 'rank-0.log'}") from None
@@ -194,7 +204,7 @@ def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_p
     job_id = current_job()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
     logs.mkdir(parents=True, exist_ok=True)
-    for stale in [*logs.glob("rank-*.failed.json"), *logs.glob("rank-*.stopped.json")]:
+    for stale in [*logs.glob(RankFailed.GLOB), *logs.glob(RankStopped.GLOB)]:
         stale.unlink()
     staged = cluster.scratch_dir / f"{JOB_DIR_PREFIX}{job_id}" / "dataset"
     reports = logs / "staging"
@@ -282,8 +292,8 @@ def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], 
                 timeout: Optional[float], progress: Optional[Path]) -> None:
     server, port = start_rendezvous_server(runtime, logs, [logs], env)
     try:
-        write_json_atomic(logs / "rendezvous.json", {"addr": rendezvous_address(cluster.network_interface),
-                                                     "port": port, "host": os.uname().nodename})
+        Rendezvous(rendezvous_address(cluster.network_interface), port, os.uname().nodename).write(
+            str(logs / "rendezvous.json"))
         _run_step("training", ranks_step, logs / "srun.log", env, timeout, logs, progress)
     finally:
         stop([server])

@@ -13,7 +13,6 @@ driver, writes the log its launcher names, and only exits with the rank's status
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import BinaryIO, Mapping
 
 from hvdflow.errors import HvdflowError, LaunchError
-from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
@@ -31,6 +29,8 @@ from hvdflow.launch.runtime import expose_gpus
 from hvdflow.launch.supervise import STOP_SIGNALS, ignore_stop_signals
 from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_wire import WireError
+from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
 from hvdflow_wire.task import TaskFile
 
 RANK_TASK_HEADER = "# hvdflow rank task, job "
@@ -67,10 +67,13 @@ def rank_environment(task: TaskFile, env: Mapping[str, str]) -> tuple[int, dict[
         if task.nvidia:
             notes.append(expose_gpus(task.nvidia))
     if placement is not None:
-        rendezvous = json.loads(Path(task.rendezvous).read_text())
-        iface = rank_interface(task.network_interface, rendezvous["addr"])
-        child.update(horovod_gloo_env(placement, rendezvous["addr"], int(rendezvous["port"]), iface))
-        notes.append(f"Gloo rendezvous {rendezvous['addr']}:{rendezvous['port']} over {iface}")
+        try:
+            rendezvous = Rendezvous.read(str(task.rendezvous))
+        except WireError as exc:
+            raise LaunchError(f"a malformed rendezvous file: {exc}") from None
+        iface = rank_interface(task.network_interface, rendezvous.addr)
+        child.update(horovod_gloo_env(placement, rendezvous.addr, rendezvous.port, iface))
+        notes.append(f"Gloo rendezvous {rendezvous.addr}:{rendezvous.port} over {iface}")
     if task.elastic:
         iface = rank_interface(task.network_interface, env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         child["HOROVOD_GLOO_IFACE"] = iface
@@ -144,13 +147,13 @@ def main(argv: list[str]) -> int:
             code = 127
     if task.elastic:  # its launcher reads the status and the rank's result itself
         return code if code >= 0 else 128 - code
-    where = {"rank": rank, "host": os.uname().nodename, "unix": time.time()}
+    host, unix = os.uname().nodename, time.time()
     if code == STOPPED_EXIT:
-        write_json_atomic(logs / f"rank-{rank}.stopped.json", where)
+        RankStopped(rank, host, unix).write(str(logs))
         return code
     reason = exit_reason(code, Path(task.result.format(rank=rank)))
     if reason is not None:
-        write_json_atomic(logs / f"rank-{rank}.failed.json", {**where, "reason": reason})
+        RankFailed(rank, host, unix, reason).write(str(logs))
         return code if code > 0 else 1 if code == 0 else 128 - code
     return 0
 
