@@ -140,10 +140,18 @@ def test_scratch_of_the_users_ended_jobs_is_swept_and_nothing_else(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hvdflow-job-10", "hvdflow-job-8", "other-data"]
 
 
+def staging_report_json(procid: str, **changes: object) -> dict[str, object]:
+    """A whole staging report (``task-<rank>.json``) as a waiting task of a two-node step writes it."""
+    return {"SLURM_PROCID": procid, "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURMD_NODENAME": "n1",
+            "SLURM_STEP_NODELIST": "n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NUM_NODES": "2",
+            "SLURM_STEP_NUM_TASKS": "4", "hostname": "n1", "bytes_copied": None, "swept": [], "seconds": 0.25,
+            "hvdflow_source": "/src", **changes}
+
+
 def test_staging_reports_are_read_in_rank_order(tmp_path: Path) -> None:
     for rank in (10, 2, 0):
-        (tmp_path / f"task-{rank}.json").write_text(json.dumps({"SLURM_PROCID": str(rank)}))
-    assert [r["SLURM_PROCID"] for r in read_reports(tmp_path)] == ["0", "2", "10"]
+        (tmp_path / f"task-{rank}.json").write_text(json.dumps(staging_report_json(str(rank))))
+    assert [r.procid for r in read_reports(tmp_path)] == ["0", "2", "10"]
 
 
 def _ignores(pid: int, sig: signal.Signals) -> bool:

@@ -119,11 +119,11 @@ def slurm_record(logs_dir: Path) -> dict[str, Any]:
         "job_id": job,
         "cluster": os.environ.get("SLURM_CLUSTER_NAME"),
         "allocation": allocation(job),
-        "nodelist": first["SLURM_STEP_NODELIST"],
-        "tasks_per_node": first["SLURM_STEP_TASKS_PER_NODE"],
-        "staging": {r["hostname"]: {"bytes": r["bytes_copied"], "seconds": r["seconds"]}
-                    for r in reports if r["bytes_copied"] is not None},
-        "hvdflow_source": sorted({str(r["hvdflow_source"]) for r in reports}),
+        "nodelist": first.step_nodelist,
+        "tasks_per_node": first.step_tasks_per_node,
+        "staging": {r.hostname: {"bytes": r.bytes_copied, "seconds": r.seconds}
+                    for r in reports if r.bytes_copied is not None},
+        "hvdflow_source": sorted({r.hvdflow_source for r in reports}),
     }
 
 

@@ -171,10 +171,14 @@ def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], t
 def _allocation_env(reports: Path, job: str, ranks: int, nodes: int) -> dict[str, str]:
     """The allocation variables Open MPI's Slurm support reads, as the staging step's first task saw them."""
     seen = read_reports(reports)[0]
+    nodelist, tasks_per_node = seen.step_nodelist, seen.step_tasks_per_node
+    if nodelist is None or tasks_per_node is None:
+        raise LaunchError(f"the staging step's task {seen.procid} in {reports} saw no SLURM_STEP_NODELIST or "
+                          f"SLURM_STEP_TASKS_PER_NODE")
     return {
         "SLURM_JOB_ID": job, "SLURM_JOBID": job,
-        "SLURM_JOB_NODELIST": seen["SLURM_STEP_NODELIST"], "SLURM_NODELIST": seen["SLURM_STEP_NODELIST"],
-        "SLURM_TASKS_PER_NODE": seen["SLURM_STEP_TASKS_PER_NODE"],
+        "SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist,
+        "SLURM_TASKS_PER_NODE": tasks_per_node,
         "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NNODES": str(nodes),
         "SLURM_NTASKS": str(ranks), "SLURM_NPROCS": str(ranks),
     }

@@ -15,7 +15,6 @@ them.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -26,8 +25,9 @@ from typing import Optional
 
 from hvdflow import code_location
 from hvdflow.errors import LaunchError
-from hvdflow.files.atomic import write_json_atomic
 from hvdflow_index import DatasetError, read_index, verified_shards
+from hvdflow_wire import WireError
+from hvdflow_wire.staging import StagingReport
 
 
 def stage(source: Path, dest: Path) -> int:
@@ -107,10 +107,13 @@ def wait_for_stage(dest: Path, timeout: Optional[float] = None) -> None:
         time.sleep(0.2)
 
 
-def read_reports(report_dir: Path) -> list[dict[str, object]]:
-    """What every task of the staging step reported, in rank order."""
-    reports = [json.loads(p.read_text()) for p in report_dir.glob("task-*.json")]
-    return sorted(reports, key=lambda r: int(str(r["SLURM_PROCID"])))
+def read_reports(report_dir: Path) -> list[StagingReport]:
+    """What every task of the staging step reported, in rank order; LaunchError naming a malformed report."""
+    try:
+        reports = [StagingReport.read(str(p)) for p in report_dir.glob(StagingReport.GLOB)]
+    except WireError as exc:
+        raise LaunchError(f"a malformed staging report: {exc}") from None
+    return sorted(reports, key=lambda r: r.rank)
 
 
 def main(argv: list[str]) -> int:
@@ -143,13 +146,13 @@ def main(argv: list[str]) -> int:
             copied = None
             if str(source) != NO_DATASET:
                 wait_for_stage(dest)
-        report = {key: env.get(key) for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURMD_NODENAME",
-                                                "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE",
-                                                "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS")}
-        report.update(hostname=os.uname().nodename, bytes_copied=copied, swept=[str(p) for p in swept],
-                      seconds=round(time.monotonic() - started, 3),
-                      hvdflow_source=str(code_location()))
-        write_json_atomic(reports / f"task-{env.get('SLURM_PROCID')}.json", report)
+        StagingReport(
+            procid=env.get("SLURM_PROCID", ""), localid=env.get("SLURM_LOCALID"), nodeid=env.get("SLURM_NODEID"),
+            nodename=env.get("SLURMD_NODENAME"), step_nodelist=env.get("SLURM_STEP_NODELIST"),
+            step_tasks_per_node=env.get("SLURM_STEP_TASKS_PER_NODE"), step_num_nodes=env.get("SLURM_STEP_NUM_NODES"),
+            step_num_tasks=env.get("SLURM_STEP_NUM_TASKS"), hostname=os.uname().nodename, bytes_copied=copied,
+            swept=[str(p) for p in swept], seconds=round(time.monotonic() - started, 3),
+            hvdflow_source=str(code_location())).write(str(reports))
         return 0
     except (LaunchError, DatasetError) as exc:
         print(f"hvdflow staging: error: {exc}", file=sys.stderr)
