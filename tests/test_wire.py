@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from hvdflow.errors import LaunchError
+from hvdflow.files.atomic import write_json_atomic
 from hvdflow.pipeline.stages import collect_rank_results
+from hvdflow.slurm.launch import first_failed_rank
+from hvdflow.slurm.rank_task import rank_environment
+from hvdflow.slurm.staging import read_reports
 from hvdflow_index import write_json
 from hvdflow_wire import WireError
 from hvdflow_wire.elastic import (
@@ -35,8 +39,11 @@ from hvdflow_wire.elastic import (
 )
 from hvdflow_wire.lines import LineAppender, LineReader
 from hvdflow_wire.rank import RankResult
+from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
+from hvdflow_wire.staging import StagingReport
 from hvdflow_wire.task import NvidiaSetup, TaskFile
 from rank_results import rank_result, rank_result_json
+from test_slurm_env import staging_report_json
 
 SLOT = Slot(hostname="n1", rank=1, size=2, local_rank=0, local_size=1, cross_rank=1, cross_size=2)
 
@@ -234,3 +241,96 @@ def test_the_hosts_and_the_driver_result_are_read_back_as_written(tmp_path: Path
     (tmp_path / "result.json").write_text('{"error": null, "workers": {"n1[0]": {"code": 0}}, "ok": 1}')
     with pytest.raises(WireError, match=r'result.json: workers\["n1\[0\]"\]: missing unix$'):
         DriverResult.read(str(tmp_path / "result.json"))
+
+
+def test_the_rendezvous_is_written_byte_for_byte_as_the_launcher_wrote_its_dict(tmp_path: Path) -> None:
+    write_json_atomic(tmp_path / "before.json", {"addr": "10.0.0.1", "port": 4567, "host": "n1"})
+    Rendezvous("10.0.0.1", 4567, "n1").write(str(tmp_path / "rendezvous.json"))
+    assert (tmp_path / "rendezvous.json").read_bytes() == (tmp_path / "before.json").read_bytes()
+    assert Rendezvous.read(str(tmp_path / "rendezvous.json")) == Rendezvous("10.0.0.1", 4567, "n1")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"addr": "10.0.0.1", "port": "4567", "host": "n1"}', ": port is str, expected int"),
+    ('{"addr": "10.0.0.1", "port": 4567}', ": missing host"),
+    ('{"addr": "10.0.0.1", "port": 4567, "host": "n1", "iface": "lo"}', ": unknown iface"),
+    ('{"addr": "10.0.0.1", "po', " is not valid JSON"),
+])
+def test_a_malformed_rendezvous_is_named(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "rendezvous.json"
+    path.write_text(text)
+    with pytest.raises(WireError) as error:
+        Rendezvous.read(str(path))
+    assert str(error.value).startswith(f"{path}{message}")
+
+
+def test_a_rank_task_names_a_malformed_rendezvous(tmp_path: Path) -> None:
+    (tmp_path / "rendezvous.json").write_text('{"addr": "10.0.0.1", "port": 4567}')
+    task = TaskFile(argv=["python3"], logs=str(tmp_path), launcher="gloo", network_interface="lo",
+                    max_ranks_per_node=1, nvidia=None, result=str(tmp_path / "rank-{rank}.json"),
+                    rendezvous=str(tmp_path / "rendezvous.json"))
+    env = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS": "1",
+           "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NODELIST": "n1"}
+    with pytest.raises(LaunchError, match=f"^a malformed rendezvous file: {re.escape(str(tmp_path))}"
+                                          "/rendezvous.json: missing host$"):
+        rank_environment(task, env)
+
+
+@pytest.mark.parametrize(("marker", "name"), [
+    (RankFailed(3, "n2", 1700000000.25, "exit code 1"), "rank-3.failed.json"),
+    (RankStopped(0, "n1", 1700000001.5), "rank-0.stopped.json"),
+], ids=["failed", "stopped"])
+def test_a_rank_marker_is_written_byte_for_byte_as_the_rank_task_wrote_its_dict(
+        tmp_path: Path, marker: RankFailed | RankStopped, name: str) -> None:
+    before = {"rank": marker.rank, "host": marker.host, "unix": marker.unix}
+    if isinstance(marker, RankFailed):
+        before["reason"] = marker.reason
+    write_json_atomic(tmp_path / "before.json", before)
+    marker.write(str(tmp_path))
+    assert (tmp_path / name).read_bytes() == (tmp_path / "before.json").read_bytes()
+    assert type(marker).read(str(tmp_path / name)) == marker
+    assert [p.name for p in tmp_path.glob(type(marker).GLOB)] == [name]
+
+
+def test_the_launcher_names_a_malformed_rank_marker(tmp_path: Path) -> None:
+    RankFailed(0, "n1", 5.0, "exit code 1").write(str(tmp_path))
+    (tmp_path / "rank-1.failed.json").write_text('{"rank": 1, "host": "n1", "unix": 4.0}')
+    with pytest.raises(LaunchError) as error:
+        first_failed_rank(tmp_path)
+    assert str(error.value) == f"a malformed rank marker: {tmp_path / 'rank-1.failed.json'}: missing reason"
+    (tmp_path / "rank-1.failed.json").write_text('{"rank": "1", "host": "n1", "unix": 4.0, "reason": "x"}')
+    with pytest.raises(WireError, match=r"rank-1.failed.json: rank is str, expected int$"):
+        RankFailed.read(str(tmp_path / "rank-1.failed.json"))
+    (tmp_path / "rank-1.failed.json").unlink()
+    (tmp_path / "rank-2.stopped.json").write_text('{"rank": 2, "host": "n1"}')
+    with pytest.raises(WireError, match=r"rank-2.stopped.json: missing unix$"):
+        RankStopped.read(str(tmp_path / "rank-2.stopped.json"))
+    assert first_failed_rank(tmp_path) == RankFailed(0, "n1", 5.0, "exit code 1")
+
+
+def test_a_staging_report_is_written_byte_for_byte_as_the_staging_task_wrote_its_dict(tmp_path: Path) -> None:
+    data = staging_report_json("2", bytes_copied=1234, swept=["/scratch/hvdflow-job-7"], SLURM_NODEID=None)
+    write_json_atomic(tmp_path / "before.json", data)
+    report = StagingReport.read(str(tmp_path / "before.json"))
+    report.write(str(tmp_path))
+    assert (tmp_path / "task-2.json").read_bytes() == (tmp_path / "before.json").read_bytes()
+    assert StagingReport.read(str(tmp_path / "task-2.json")) == report
+    assert (report.rank, report.nodeid, report.step_nodelist, report.bytes_copied) == (2, None, "n[1-2]", 1234)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"SLURM_PROCID": None}, "SLURM_PROCID is null, expected str"),
+    ({"SLURM_PROCID": "x1"}, "SLURM_PROCID is 'x1', expected a task number"),
+    ({"SLURM_STEP_NODELIST": 2}, "SLURM_STEP_NODELIST is int, expected str"),
+    ({"bytes_copied": 1.5}, "bytes_copied is float, expected int"),
+    ({"swept": "/scratch"}, "swept is str, expected a list"),
+    ({"SLURM_JOB_ID": "5"}, "unknown SLURM_JOB_ID"),
+])
+def test_a_malformed_staging_report_is_named(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    path = tmp_path / "task-0.json"
+    path.write_text(json.dumps(staging_report_json("0", **change)))
+    with pytest.raises(WireError) as error:
+        StagingReport.read(str(path))
+    assert str(error.value) == f"{path}: {message}"
+    with pytest.raises(LaunchError, match=f"^a malformed staging report: {re.escape(str(path))}: "):
+        read_reports(tmp_path)
