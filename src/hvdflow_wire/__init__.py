@@ -8,6 +8,11 @@ names the file (and, for JSON lines, the line), never data.
   read by ``hvdflow.slurm.rank_task`` on the rank's node.
 - :mod:`.rank` (``rank-<r>.json``): a rank's result, written by the trainer after its last epoch, read by the
   pipeline (the check of the results, the run record, the smoke job) and the elastic launcher.
+- :mod:`.slurm`: between the Slurm launcher and its rank tasks, in the run's log directory: ``rendezvous.json``
+  (the Gloo rendezvous server's address, launcher → rank tasks) and the rank task's ``rank-<r>.failed.json`` and
+  ``rank-<r>.stopped.json`` (rank task → launcher).
+- :mod:`.staging` (``staging/task-<rank>.json``): what srun told each task of the staging job step, written by the
+  task, read by the Slurm launcher (the MPI mode's allocation) and the run record.
 - :mod:`.elastic`: the files of an elastic run, between the launcher on the host, Horovod's driver in the image and
   rank 0 of the trainer: ``hosts.json``, ``requests.jsonl``, ``exits.jsonl``, ``result.json``,
   ``membership.jsonl``, and the launcher's own ``events.jsonl``.
