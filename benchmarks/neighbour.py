@@ -35,6 +35,7 @@ import yaml  # noqa: E402
 
 from hvdflow.pipeline.plots import read_history, save  # noqa: E402
 from hvdflow_trainer.neighbours import allreduce_bytes_per_step, neighbour_bytes_per_step  # noqa: E402
+from hvdflow_wire.metrics import TrainingMetrics  # noqa: E402
 
 OUT = Path("results/neighbour-comparison")
 MODEL_BYTES = {"mlp": 4810 * 4, "resnet50": 23_600_000 * 4}
@@ -66,13 +67,13 @@ def step_seconds(model_bytes: int, ranks: int, strategy: str, latency: float, ba
 def row(name: str, spec: dict[str, object]) -> dict[str, object]:
     """One experiment's figures from its results."""
     folder = Path("results") / name
-    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics = TrainingMetrics.read(str(folder / "metrics.json"))
     history = read_history(folder / "history.csv")
     evaluation = json.loads((folder / "evaluation.json").read_text())
-    later = metrics["epoch_seconds"][1:] or metrics["epoch_seconds"]
+    later = metrics.epoch_seconds[1:] or metrics.epoch_seconds
     return {"experiment": name, "strategy": spec.get("strategy", "allreduce"), "shard_order": spec["shard_order"],
             "ranks": spec["ranks"], "nodes": spec["nodes"],
-            "ms_per_step": round(1000 * statistics.median(later) / metrics["steps_per_epoch"], 2),
+            "ms_per_step": round(1000 * statistics.median(later) / metrics.steps_per_epoch, 2),
             "bytes_per_step": int(history["sent_bytes_per_step"][-1]),
             "consensus_distance": history["consensus_distance"][-1],
             "test_accuracy": evaluation["accuracy"]}

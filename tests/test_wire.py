@@ -38,6 +38,7 @@ from hvdflow_wire.elastic import (
     WorkerResult,
 )
 from hvdflow_wire.lines import LineAppender, LineReader
+from hvdflow_wire.metrics import TrainingMetrics
 from hvdflow_wire.rank import RankResult
 from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
 from hvdflow_wire.staging import StagingReport
@@ -334,3 +335,28 @@ def test_a_malformed_staging_report_is_named(tmp_path: Path, change: dict[str, o
     assert str(error.value) == f"{path}: {message}"
     with pytest.raises(LaunchError, match=f"^a malformed staging report: {re.escape(str(path))}: "):
         read_reports(tmp_path)
+
+
+def test_the_metrics_are_written_byte_for_byte_as_the_trainer_wrote_its_dict(tmp_path: Path) -> None:
+    data = {"final": {"accuracy": 0.75, "loss": 0.5, "val_accuracy": 1.0}, "epochs": 3,
+            "epoch_seconds": [1.5, 0.25, 1], "steps_per_epoch": 12}
+    write_json(str(tmp_path / "before.json"), data)  # how the trainer wrote metrics.json before it was a value
+    metrics = TrainingMetrics({"accuracy": 0.75, "loss": 0.5, "val_accuracy": 1.0}, 3, [1.5, 0.25, 1], 12)
+    metrics.write(str(tmp_path / "metrics.json"))
+    assert (tmp_path / "metrics.json").read_bytes() == (tmp_path / "before.json").read_bytes()
+    assert TrainingMetrics.read(str(tmp_path / "metrics.json")) == metrics
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"final": {"val_accuracy": "0.9"}}, 'final["val_accuracy"] is str, expected float'),
+    ({"epochs": 3.0}, "epochs is float, expected int"),
+    ({"epoch_seconds": None}, "epoch_seconds is null, expected a list"),
+    ({"steps": 12}, "unknown steps"),
+])
+def test_malformed_metrics_are_named(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"final": {"val_accuracy": 0.9}, "epochs": 3, "epoch_seconds": [1.0],
+                                "steps_per_epoch": 12, **change}))
+    with pytest.raises(WireError) as error:
+        TrainingMetrics.read(str(path))
+    assert str(error.value) == f"{path}: {message}"

@@ -8,7 +8,7 @@ import hashlib
 import os
 from typing import Dict, List
 
-from hvdflow_index import write_json
+from hvdflow_wire.metrics import TrainingMetrics
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
@@ -34,5 +34,4 @@ def write_history(path: str, history: List[Dict[str, float]]) -> None:
 def write_metrics(path: str, history: List[Dict[str, float]], epochs: int, epoch_seconds: List[float],
                   steps_per_epoch: int) -> None:
     """``metrics.json``: the last epoch's history row, the epoch count, every epoch's seconds and the steps per epoch."""
-    write_json(path, {"final": history[-1], "epochs": epochs, "epoch_seconds": epoch_seconds,
-                      "steps_per_epoch": steps_per_epoch})
+    TrainingMetrics(history[-1], epochs, epoch_seconds, steps_per_epoch).write(path)

@@ -8,6 +8,8 @@ names the file (and, for JSON lines, the line), never data.
   read by ``hvdflow.slurm.rank_task`` on the rank's node.
 - :mod:`.rank` (``rank-<r>.json``): a rank's result, written by the trainer after its last epoch, read by the
   pipeline (the check of the results, the run record, the smoke job) and the elastic launcher.
+- :mod:`.metrics` (``metrics.json``): a training's metrics, written by rank 0 of the trainer, read by the smoke
+  job and the benchmarks.
 - :mod:`.slurm`: between the Slurm launcher and its rank tasks, in the run's log directory: ``rendezvous.json``
   (the Gloo rendezvous server's address, launcher → rank tasks) and the rank task's ``rank-<r>.failed.json`` and
   ``rank-<r>.stopped.json`` (rank task → launcher).

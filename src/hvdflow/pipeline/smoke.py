@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 from hvdflow.config.experiment import TrainSpec
+from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.launch.runtime import Runtime
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import prepare_dataset, train
+from hvdflow_wire import WireError
+from hvdflow_wire.metrics import TrainingMetrics
 
 DIGITS = {"name": "digits", "source": "sklearn-digits", "validation_fraction": 0.1, "test_fraction": 0.2, "seed": 42,
           "shard_size_mb": 64, "skip_bad_samples": False}
@@ -33,13 +35,16 @@ def run_smoke(runtime: Runtime, record: ContainerRecord, launcher: str, ranks: i
     spec = smoke_spec(ranks, epochs)
     identity = identity_of(asdict(spec), record.digest, dataset / "index.json")
     results = train(runtime, launcher, spec, dataset, out_dir / "train", out_dir / "logs" / "train", identity, fail=fail)
-    metrics = json.loads((out_dir / "train" / "metrics.json").read_text())
+    try:
+        metrics = TrainingMetrics.read(str(out_dir / "train" / "metrics.json"))
+    except WireError as exc:
+        raise LaunchError(f"malformed training metrics: {exc}") from None
     summary: dict[str, object] = {
         "launcher": launcher,
         "ranks": ranks,
         "controller": results[0].controller,
         "weights_sha256": results[0].weights_sha256,
-        "val_accuracy": metrics["final"]["val_accuracy"],
+        "val_accuracy": metrics.final["val_accuracy"],
         "image": record.image,
         "reference": record.reference,
         "digest": record.digest,
