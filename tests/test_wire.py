@@ -290,7 +290,7 @@ def test_a_rank_marker_is_written_byte_for_byte_as_the_rank_task_wrote_its_dict(
     marker.write(str(tmp_path))
     assert (tmp_path / name).read_bytes() == (tmp_path / "before.json").read_bytes()
     assert type(marker).read(str(tmp_path / name)) == marker
-    assert [p.name for p in tmp_path.glob(type(marker).GLOB)] == [name]
+    assert [p.name for p in tmp_path.glob(type(marker).glob())] == [name]
 
 
 def test_the_launcher_names_a_malformed_rank_marker(tmp_path: Path) -> None:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Type, TypeVar
 
 from .values import from_json, read_object, to_json, write_object
+
+M = TypeVar("M", bound="RankMarker")
 
 
 @dataclass(frozen=True)
@@ -38,51 +40,50 @@ class Rendezvous:
         return from_json(cls, read_object(str(path)), str(path))
 
 
-@dataclass(frozen=True)
-class RankStopped:
-    """``rank-<r>.stopped.json``: rank ``rank`` stopped on a signal after a checkpoint, on ``host`` at ``unix``."""
+class RankMarker:
+    """What the rank task's markers share: the file ``rank-<r>.<KIND>.json`` in the run's log directory, written whole
+    by the rank task and read by the launcher (subclasses are frozen dataclasses with a ``rank`` field)."""
 
-    GLOB: ClassVar[str] = "rank-*.stopped.json"
+    KIND: ClassVar[str] = ""
     rank: int
-    host: str
-    unix: float
 
-    @staticmethod
-    def path(logs: str, rank: int) -> str:
+    @classmethod
+    def glob(cls) -> str:
+        """The pattern of every rank's marker of this kind."""
+        return "rank-*.%s.json" % cls.KIND
+
+    @classmethod
+    def path(cls, logs: str, rank: int) -> str:
         """Where rank ``rank``'s marker goes in the log directory ``logs``."""
-        return os.path.join(str(logs), "rank-%d.stopped.json" % rank)
+        return os.path.join(str(logs), "rank-%d.%s.json" % (rank, cls.KIND))
 
     def write(self, logs: str) -> None:
         """Write the marker into the log directory ``logs`` atomically."""
         write_object(self.path(logs, self.rank), to_json(self), end="\n")
 
     @classmethod
-    def read(cls, path: str) -> "RankStopped":
+    def read(cls: Type[M], path: str) -> M:
         """The marker at ``path``; WireError naming the file and what is wrong."""
         return from_json(cls, read_object(str(path)), str(path))
 
 
 @dataclass(frozen=True)
-class RankFailed:
+class RankStopped(RankMarker):
+    """``rank-<r>.stopped.json``: rank ``rank`` stopped on a signal after a checkpoint, on ``host`` at ``unix``."""
+
+    KIND: ClassVar[str] = "stopped"
+    rank: int
+    host: str
+    unix: float
+
+
+@dataclass(frozen=True)
+class RankFailed(RankMarker):
     """``rank-<r>.failed.json``: rank ``rank`` failed on ``host`` at ``unix``, for ``reason`` (an exit code, a signal,
     or no result despite status 0)."""
 
-    GLOB: ClassVar[str] = "rank-*.failed.json"
+    KIND: ClassVar[str] = "failed"
     rank: int
     host: str
     unix: float
     reason: str
-
-    @staticmethod
-    def path(logs: str, rank: int) -> str:
-        """Where rank ``rank``'s marker goes in the log directory ``logs``."""
-        return os.path.join(str(logs), "rank-%d.failed.json" % rank)
-
-    def write(self, logs: str) -> None:
-        """Write the marker into the log directory ``logs`` atomically."""
-        write_object(self.path(logs, self.rank), to_json(self), end="\n")
-
-    @classmethod
-    def read(cls, path: str) -> "RankFailed":
-        """The marker at ``path``; WireError naming the file and what is wrong."""
-        return from_json(cls, read_object(str(path)), str(path))

@@ -116,7 +116,7 @@ def first_failed_rank(logs: Path) -> Optional[RankFailed]:
     When one rank dies, its peers fail too, with Horovod's shutdown message in their logs; the cause is the earliest
     failure without that message (else the earliest of all).
     """
-    failures = rank_markers(logs, RankFailed.GLOB, RankFailed.read)
+    failures = rank_markers(logs, RankFailed.glob(), RankFailed.read)
     collateral = {f.rank: HOROVOD_SHUTDOWN in this_attempt(logs / f"rank-{f.rank}.log") for f in failures}
     failures.sort(key=lambda f: (collateral[f.rank], f.unix))
     return failures[0] if failures else None
@@ -152,7 +152,7 @@ def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], t
     except RunStopped:
         raise
     except LaunchError as exc:
-        stopped = rank_markers(logs, RankStopped.GLOB, RankStopped.read)
+        stopped = rank_markers(logs, RankStopped.glob(), RankStopped.read)
         if (stopped or stopped_after_checkpoint(logs / "rank-0.log")) and first_failed_rank(logs) is None:
             raise RunStopped(f"{label}: the ranks stopped on a signal after a checkpoint; starting the "
                              f"job again resumes the run. Log: {logs / 'rank-0.log'}") from None
@@ -208,7 +208,7 @@ def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_p
     job_id = current_job()
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
     logs.mkdir(parents=True, exist_ok=True)
-    for stale in [*logs.glob(RankFailed.GLOB), *logs.glob(RankStopped.GLOB)]:
+    for stale in [*logs.glob(RankFailed.glob()), *logs.glob(RankStopped.glob())]:
         stale.unlink()
     staged = cluster.scratch_dir / f"{JOB_DIR_PREFIX}{job_id}" / "dataset"
     reports = logs / "staging"
