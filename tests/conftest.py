@@ -98,16 +98,21 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
             os.lchown(os.path.join(root, name), uid, gid)
 
 
+def ordinary_user(name: str) -> pwd.struct_passwd:
+    """The ordinary user ``name``, created with a home if missing (the suite runs as root)."""
+    if os.geteuid() != 0:
+        pytest.fail("the test suite runs as root (it creates the test users and starts services); use scripts/test.sh")
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
+        return pwd.getpwnam(name)
+
+
 @pytest.fixture(scope="session")
 def hpc_user() -> HpcUser:
     """The ordinary user (created if missing), a fresh copy of the tree in its home, and its venv."""
-    if os.geteuid() != 0:
-        pytest.fail("the test suite runs as root (it creates the test user and starts services); use scripts/test.sh")
-    try:
-        entry = pwd.getpwnam(TEST_USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", TEST_USER], check=True)
-        entry = pwd.getpwnam(TEST_USER)
+    entry = ordinary_user(TEST_USER)
     home = Path(entry.pw_dir)
     if (home / "hvdflow-tests").exists():
         shutil.rmtree(home / "hvdflow-tests")

@@ -61,8 +61,10 @@ def experiment_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, pr
 
 
 def node_scratch_leftovers(layout: Any) -> list[Path]:
-    """Staged copies left in any node's scratch."""
-    return [p for node in layout.node_names for p in layout.node_scratch(node).glob("hvdflow-job-*")]
+    """Job folders left in any node's scratch (``<scratch>/hvdflow-<user>/job-<id>``), and anything at the layout
+    before it (``<scratch>/hvdflow-job-<id>``)."""
+    return [p for node in layout.node_names for pattern in ("hvdflow-*/job-*", "hvdflow-job-*")
+            for p in layout.node_scratch(node).glob(pattern)]
 
 
 @pytest.fixture(scope="module")
@@ -424,7 +426,7 @@ def test_scratch_that_is_not_writable_is_named(cluster: Any, hpc_user: HpcUser, 
     proc = pipeline.snakemake("results/cluster/run.json", profile="testbed")
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "node-local scratch /var/lib/hvdflow-testbed/etc/hvdflow-job-" in output and "is not writable" in output, \
+    assert "node-local scratch /var/lib/hvdflow-testbed/etc on " in output and "is not writable" in output, \
         output[-6000:]
     assert not (pipeline.root / "results" / "cluster" / "run.json").exists()
 
@@ -578,7 +580,7 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     assert len(down.json("results/cluster/run.json")["history"]) == 5
     # the nodes still in the job are cleaned; n3's copy stays until the user's next job there sweeps it
     left = node_scratch_leftovers(three_nodes)
-    assert [p.parent.parent.name for p in left] in ([], ["n3"]), left
+    assert [p.parents[2].name for p in left] in ([], ["n3"]), left
     assert down.processes() == []
     for copy in left:
         shutil.rmtree(copy)
@@ -626,6 +628,6 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     assert second["from"] != "the start"
     assert len(record["history"]) == 5
     for copy in node_scratch_leftovers(three_nodes):  # the nodes that left the first job keep its copy
-        assert copy.parent.parent.name in ("n2", "n3"), copy
+        assert copy.parents[2].name in ("n2", "n3"), copy
         shutil.rmtree(copy)
     assert fallback.processes() == []

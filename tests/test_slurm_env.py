@@ -132,12 +132,17 @@ def test_exit_reasons_of_a_rank(tmp_path: Path) -> None:
 
 
 def test_scratch_of_the_users_ended_jobs_is_swept_and_nothing_else(tmp_path: Path) -> None:
-    for name in ("hvdflow-job-7", "hvdflow-job-8", "hvdflow-job-9", "hvdflow-job-10", "other-data"):
-        (tmp_path / name / "dataset").mkdir(parents=True)
-    os.chown(tmp_path / "hvdflow-job-10", 65534, 65534)  # another user's job (the suite runs as root)
-    removed = sweep_ended_jobs(tmp_path, {"8", "11"})
-    assert removed == [tmp_path / "hvdflow-job-7", tmp_path / "hvdflow-job-9"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hvdflow-job-10", "hvdflow-job-8", "other-data"]
+    user_dir = tmp_path / "hvdflow-user"
+    for name in ("job-7", "job-8", "job-9", "other-data"):
+        (user_dir / name / "dataset").mkdir(parents=True)
+    user_dir.chmod(0o700)
+    (tmp_path / "outside").mkdir()
+    (user_dir / "job-10").symlink_to(tmp_path / "outside")  # a link in the user's folder: removed, not followed
+    removed = sweep_ended_jobs(user_dir, {"8", "11"})
+    assert removed == [user_dir / "job-10", user_dir / "job-7", user_dir / "job-9"]
+    assert sorted(p.name for p in user_dir.iterdir()) == ["job-8", "other-data"]
+    assert (tmp_path / "outside").is_dir()
+    assert sweep_ended_jobs(tmp_path / "nothing-yet", {"8"}) == []
 
 
 def staging_report_json(procid: str, **changes: object) -> dict[str, object]:
@@ -164,7 +169,7 @@ def _ignores(pid: int, sig: signal.Signals) -> bool:
 def test_a_staging_task_caught_by_the_time_limits_warning_goes_on_and_reports(tmp_path: Path) -> None:
     # --signal=USR1@grace warns every step of the job: a staging task (here one waiting for its node's first task)
     # or a clean-up task it catches must not die of SIGUSR1's default action
-    dest, reports = tmp_path / "scratch/hvdflow-job-5/dataset", tmp_path / "reports"
+    dest, reports = tmp_path / "scratch/hvdflow-user/job-5/dataset", tmp_path / "reports"
     reports.mkdir()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "SLURM_LOCALID": "1", "SLURM_PROCID": "1"}
     err = tmp_path / "stderr"

@@ -17,7 +17,7 @@ from hvdflow.slurm.srun import cleanup_step, mpirun_ranks, rank_program, ranks_s
 GOLDEN = REPO / "tests" / "golden"
 SLURM_PROFILES = sorted(p.name for p in (REPO / "profiles").iterdir()
                         if (p / "config.yaml").is_file() and "executor: slurm" in (p / "config.yaml").read_text())
-PYTHON, LOGS, JOB_DIR = "PYTHON", Path("/LOGS"), Path("/SCRATCH/hvdflow-job-42")
+PYTHON, LOGS, JOB_DIR = "PYTHON", Path("/LOGS"), Path("/SCRATCH/hvdflow-user/job-42")
 CPUS_PER_TASK = 4
 
 

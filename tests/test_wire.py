@@ -310,7 +310,7 @@ def test_the_launcher_names_a_malformed_rank_marker(tmp_path: Path) -> None:
 
 
 def test_a_staging_report_is_written_byte_for_byte_as_the_staging_task_wrote_its_dict(tmp_path: Path) -> None:
-    data = staging_report_json("2", bytes_copied=1234, swept=["/scratch/hvdflow-job-7"], SLURM_NODEID=None)
+    data = staging_report_json("2", bytes_copied=1234, swept=["/scratch/hvdflow-user/job-7"], SLURM_NODEID=None)
     write_json_atomic(tmp_path / "before.json", data)
     report = StagingReport.read(str(tmp_path / "before.json"))
     report.write(str(tmp_path))

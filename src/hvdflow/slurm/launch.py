@@ -44,7 +44,7 @@ from hvdflow.slurm.jobinfo import current_job, job_nodes
 from hvdflow.slurm.layout import gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.srun import cleanup_step, mpirun_ranks, rank_program, ranks_step, staging_step
-from hvdflow.slurm.staging import JOB_DIR_PREFIX, NO_DATASET, NO_SWEEP, read_reports
+from hvdflow.slurm.staging import NO_DATASET, NO_SWEEP, job_scratch, read_reports
 from hvdflow_runstate import STOPPED_LINE_END
 from hvdflow_wire import WireError
 from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
@@ -210,7 +210,7 @@ def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_p
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob(RankFailed.glob()), *logs.glob(RankStopped.glob())]:
         stale.unlink()
-    staged = cluster.scratch_dir / f"{JOB_DIR_PREFIX}{job_id}" / "dataset"
+    staged = job_scratch(cluster.scratch_dir, job_id) / "dataset"
     reports = logs / "staging"
     reports.mkdir(exist_ok=True)
     env = host_code_env(runtime.process_env())

@@ -5,7 +5,12 @@ LIVE_JOBS``): the task with local id 0 first removes what the user's ended jobs 
 Slurm killed, or one that ended on a signal, cannot clean up after itself), then copies the shards and ``index.json``
 to ``DEST``, checks every shard's sha256 against the index, and renames the copy into place; the node's other tasks
 wait for it. Every task writes what srun told it (node, tasks per node) to ``REPORT_DIR/task-<rank>.json``, which the
-MPI launch mode reads. ``clean DEST`` (one task per node) removes the staged copy.
+MPI launch mode reads. ``clean JOB_DIR`` (one task per node) removes the job's folder.
+
+Node scratch is shared with other users' jobs, and job ids are predictable, so a job's folder lives in a folder of
+the user's own, ``<scratch>/hvdflow-<user>/job-<id>`` (:func:`job_scratch`): made 0700 without following a link and
+checked on the open folder (:mod:`hvdflow.files.private`); a link, another user's folder or one others can write at
+that name is refused by name. The steps run with umask 077: every staged file is 0600.
 
 Both ignore SIGUSR1: ``--signal=USR1@<grace>`` warns every step of the job, and the warning is meant for the ranks
 (they checkpoint and stop). A staging or clean-up step it caught would die of SIGUSR1's default action: a half-done
@@ -16,6 +21,7 @@ them.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import sys
@@ -25,24 +31,57 @@ from typing import Optional
 
 from hvdflow import code_location
 from hvdflow.errors import LaunchError
+from hvdflow.files.private import UnsafePlace, check_private, private_dir, remove_own
 from hvdflow_index import DatasetError, read_index, verified_shards
 from hvdflow_wire import WireError
 from hvdflow_wire.staging import StagingReport
 
+USER_DIR_PREFIX = "hvdflow-"
+"""The user's folder on node-local scratch is ``<scratch>/hvdflow-<user name>``."""
+
+JOB_DIR_PREFIX = "job-"
+"""A job's folder in it is ``job-<Slurm job id>``."""
+
+
+def user_scratch(scratch: Path) -> Path:
+    """This user's folder on node-local ``scratch`` (the same path on every node: Slurm needs the same users there)."""
+    try:
+        name = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        name = str(os.getuid())
+    return scratch / f"{USER_DIR_PREFIX}{name}"
+
+
+def job_scratch(scratch: Path, job_id: str) -> Path:
+    """Job ``job_id``'s folder on node-local ``scratch``: its staged dataset goes to ``dataset`` in it."""
+    return user_scratch(scratch) / f"{JOB_DIR_PREFIX}{job_id}"
+
+
+def private_job_dir(job_dir: Path) -> Path:
+    """Make the user's scratch folder and the job's folder in it, private and checked; LaunchError naming a path that
+    is not the user's alone, or scratch that is not writable."""
+    host = os.uname().nodename
+    try:
+        private_dir(job_dir.parent, "stage")
+        return private_dir(job_dir, "stage")
+    except UnsafePlace as exc:
+        raise LaunchError(f"node-local scratch on {host}: {exc}") from None
+    except OSError as exc:
+        raise LaunchError(f"node-local scratch {job_dir.parent.parent} on {host} is not writable: {exc.strerror} "
+                          f"(set scratch_dir in the profile's hvdflow.yaml)") from None
+
 
 def stage(source: Path, dest: Path) -> int:
-    """Copy the dataset at ``source`` to ``dest`` and verify it there; return the bytes copied.
+    """Copy the dataset at ``source`` to ``dest`` (``dataset`` in the job's folder) and verify it there; return the
+    bytes copied.
 
     The copy goes to ``DEST.partial`` first, so a half-copied dataset never looks staged.
     """
     host = os.uname().nodename
+    private_job_dir(dest.parent)
     partial = dest.with_name(dest.name + ".partial")
-    try:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    except OSError as exc:
-        raise LaunchError(f"node-local scratch {dest.parent} on {host} is not writable: {exc.strerror} "
-                          f"(set scratch_dir in the profile's hvdflow.yaml)") from None
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
     index = read_index(str(source))
     copied = 0
     for split in index["splits"]:  # type: ignore[attr-defined]
@@ -59,9 +98,6 @@ def stage(source: Path, dest: Path) -> int:
     return copied
 
 
-JOB_DIR_PREFIX = "hvdflow-job-"
-"""A job's directory on node-local scratch is ``<scratch>/hvdflow-job-<Slurm job id>``."""
-
 NO_DATASET = "-"
 """``SOURCE`` of a job that reads no dataset (the benchmark): the step makes an empty ``DEST`` and copies nothing."""
 
@@ -69,21 +105,24 @@ NO_SWEEP = "-"
 """``LIVE_JOBS`` when the user's jobs could not be listed: nothing is swept then."""
 
 
-def sweep_ended_jobs(scratch: Path, live_jobs: set[str]) -> list[Path]:
-    """Remove this user's job directories on ``scratch`` whose job is not in ``live_jobs``; return those removed.
+def sweep_ended_jobs(user_dir: Path, live_jobs: set[str]) -> list[Path]:
+    """Remove the job folders in the user's scratch folder ``user_dir`` whose job is not in ``live_jobs``; return
+    those removed.
 
-    Another user's directories, and those of the user's running or requeued jobs (a requeued job keeps its id), stay.
+    Only the user's own private folder is looked into (UnsafePlace if that is not the user's alone); the folders of the
+    user's running or requeued jobs (a requeued job keeps its id) stay, and nothing is followed through a link.
     """
-    removed = []
-    for folder in sorted(scratch.glob(JOB_DIR_PREFIX + "*")):
-        try:
-            mine = folder.lstat().st_uid == os.getuid()
-        except OSError:
-            continue
-        if mine and folder.name[len(JOB_DIR_PREFIX):] not in live_jobs:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
-    return removed
+    if not check_private(user_dir, "sweep ended jobs"):
+        return []
+    return [folder for folder in sorted(user_dir.glob(JOB_DIR_PREFIX + "*"))
+            if folder.name[len(JOB_DIR_PREFIX):] not in live_jobs and remove_own(folder)]
+
+
+def clean(job_dir: Path) -> None:
+    """Remove the job's folder ``job_dir`` from this node's scratch, if the user's scratch folder is the user's alone
+    (UnsafePlace naming it otherwise: nothing is removed through another user's path)."""
+    if check_private(job_dir.parent, "clean up"):
+        remove_own(job_dir)
 
 
 def _copy(src: Path, dst: Path) -> int:
@@ -122,11 +161,11 @@ def main(argv: list[str]) -> int:
     ``LIVE_JOBS``: the user's jobs that Slurm lists, comma-separated (``-``: unknown, sweep nothing).
     """
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    os.umask(0o077)
     env = os.environ
     try:
         if argv[0] == "clean":
-            shutil.rmtree(Path(argv[1]), ignore_errors=True)
-            shutil.rmtree(Path(argv[1] + ".partial"), ignore_errors=True)
+            clean(Path(argv[1]))
             return 0
         source, dest, reports, live = Path(argv[1]), Path(argv[2]), Path(argv[3]), argv[4]
         started = time.monotonic()
@@ -138,7 +177,8 @@ def main(argv: list[str]) -> int:
                 print(f"hvdflow staging: removed {folder} on {os.uname().nodename}, left by ended job "
                       f"{folder.name[len(JOB_DIR_PREFIX):]}", file=sys.stderr)
             if str(source) == NO_DATASET:
-                dest.mkdir(parents=True, exist_ok=True)
+                private_job_dir(dest.parent)
+                dest.mkdir(exist_ok=True)
                 copied: Optional[int] = 0
             else:
                 copied = stage(source, dest)
@@ -154,7 +194,7 @@ def main(argv: list[str]) -> int:
             swept=[str(p) for p in swept], seconds=round(time.monotonic() - started, 3),
             hvdflow_source=str(code_location())).write(str(reports))
         return 0
-    except (LaunchError, DatasetError) as exc:
+    except (LaunchError, DatasetError, UnsafePlace) as exc:
         print(f"hvdflow staging: error: {exc}", file=sys.stderr)
         return 1
 
