@@ -16,6 +16,9 @@ HVDFLOW_TESTBED_APT_PACKAGES=(
   munge slurmctld slurmd slurm-client slurmdbd mariadb-server iproute2 util-linux
 )
 
+# The tests' own tools: a FUSE filesystem that refuses flock (tests/fuse/noflock.c) is built against libfuse3.
+HVDFLOW_TEST_APT_PACKAGES=(libfuse3-dev fuse3)
+
 log() { printf '[hvdflow %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
 # Install the missing Debian packages (root only). Package scripts must not start services: a temporary

@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$HVDFLOW_ROOT"
 [ "$(id -u)" -eq 0 ] || { log "the test suite needs root: it installs packages, creates a test user and builds images"; exit 2; }
-apt_install_missing "${HVDFLOW_APT_PACKAGES[@]}" "${HVDFLOW_TESTBED_APT_PACKAGES[@]}"
+apt_install_missing "${HVDFLOW_APT_PACKAGES[@]}" "${HVDFLOW_TESTBED_APT_PACKAGES[@]}" "${HVDFLOW_TEST_APT_PACKAGES[@]}"
 venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-test-$(venv_key)
 ensure_venv "$venv" test
 # Slurm clients of the suite read the test bed's own configuration, never the machine's /etc/slurm

@@ -20,6 +20,10 @@ from typing import Iterator
 import pytest
 
 from conftest import REPO, TEST_USER, _chown_tree, ordinary_user
+from hvdflow.errors import LaunchError
+from hvdflow.files.private import UnsafePlace
+from hvdflow.images.udocker import Udocker
+from hvdflow.launch.local import ranks_tmpdir
 from hvdflow_index import FORMAT
 
 OTHER_USER = "hvdflow-other"
@@ -156,3 +160,36 @@ def test_staged_files_are_the_users_alone_and_the_sweep_and_clean_up_touch_only_
     assert node.clean("8").returncode == 0
     assert node.user_dir.is_dir() and list(node.user_dir.iterdir()) == []
     assert listing(node.scratch / f"hvdflow-{node.other.pw_name}") == theirs
+
+
+def test_the_local_ranks_tmpdir_is_private_and_no_link_there_is_followed(tmp_path: Path) -> None:
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    (elsewhere / "keep").mkdir(parents=True)
+    logs.mkdir()
+    (logs / "tmp").symlink_to(elsewhere)  # left at the ranks' TMPDIR: removed as a link, its target untouched
+    with ranks_tmpdir(logs) as env:
+        tmp = Path(env["TMPDIR"])
+        assert tmp == logs / "tmp" and not tmp.is_symlink() and stat.S_IMODE(tmp.stat().st_mode) == 0o700
+        (tmp / "__autograph_generated_file.py").write_text("")
+    assert not os.path.lexists(logs / "tmp") and (elsewhere / "keep").is_dir()
+    (logs / "tmp").mkdir()
+    os.chown(logs / "tmp", 65534, 65534)  # another user's folder at that name (the suite runs as root)
+    with pytest.raises(LaunchError, match=f"{logs / 'tmp'} belongs to uid 65534: refusing to give the ranks a TMPDIR"):
+        with ranks_tmpdir(logs):
+            pass
+    assert (logs / "tmp").is_dir()
+
+
+def test_a_udocker_directory_on_shared_scratch_must_be_the_users_alone(node: Node) -> None:
+    udocker_dir = node.scratch / "udocker"
+    assert node.run(node.other, "mkdir", "-m", "0755", str(udocker_dir)).returncode == 0
+    with pytest.raises(UnsafePlace, match=f"{udocker_dir} belongs to uid {node.other.pw_uid}: refusing to keep "
+                                          f"udocker's images and containers there"):
+        Udocker(udocker_dir, allow_root=True).prepare()
+    assert list(udocker_dir.iterdir()) == []
+    udocker_dir.rmdir()
+    udocker_dir.symlink_to(node.victim)
+    before = listing(node.victim)
+    with pytest.raises(UnsafePlace, match=f"{udocker_dir} is a symbolic link"):
+        Udocker(udocker_dir, allow_root=True).prepare()
+    assert listing(node.victim) == before

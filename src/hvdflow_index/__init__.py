@@ -17,6 +17,8 @@ import math
 import os
 from typing import Dict, List, Optional
 
+from hvdflow_wire.replace import replaced
+
 FORMAT = "hvdflow-tfrecord-v2"
 INDEX = "index.json"
 DATASET_FILE = "dataset.json"
@@ -55,10 +57,8 @@ def content_sha256(index: Dict[str, object]) -> str:
 
 def write_json(path: str, data: object) -> None:
     """Write ``data`` as JSON atomically (a temporary file beside ``path``, then renamed)."""
-    tmp = os.path.join(os.path.dirname(path), ".%s.tmp" % os.path.basename(path))
-    with open(tmp, "w") as handle:
+    with replaced(path) as handle:
         json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def write_index(out_dir: str, index: Dict[str, object]) -> None:

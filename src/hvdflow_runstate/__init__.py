@@ -19,6 +19,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from hvdflow_index import sha256_file
+from hvdflow_wire.replace import replaced
 
 FORMAT = "hvdflow-checkpoints-v1"
 MANIFEST = "manifest.json"
@@ -39,18 +40,8 @@ def durable_write_json(path: str, data: object) -> None:
 
     A temporary file beside it, fsync, rename over ``path``, then fsync of the folder so the rename itself is on disk.
     """
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, ".%s.tmp" % os.path.basename(path))
-    with open(tmp, "w") as handle:
+    with replaced(path, durable=True) as handle:
         json.dump(data, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def config_sha256(experiment: Dict[str, object]) -> str:

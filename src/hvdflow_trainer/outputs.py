@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 from typing import Dict, List
 
 from hvdflow_wire.metrics import TrainingMetrics
+from hvdflow_wire.replace import replaced
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
@@ -22,13 +22,11 @@ def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
 def write_history(path: str, history: List[Dict[str, float]]) -> None:
     """``history.csv`` as Keras' CSVLogger writes it: ``epoch`` (from 0), then the logged values in name order."""
     keys = sorted({key for row in history for key in row})
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as handle:
+    with replaced(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["epoch"] + keys)
         for epoch, row in enumerate(history):
             writer.writerow([epoch] + [row.get(key, "") for key in keys])
-    os.replace(tmp, path)
 
 
 def write_metrics(path: str, history: List[Dict[str, float]], epochs: int, epoch_seconds: List[float],

@@ -6,10 +6,11 @@ The port is written to a file (atomically) that the launcher watches; the server
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from typing import List, Optional
+
+from hvdflow_wire.replace import replaced
 
 
 def serve(port_file: str) -> None:
@@ -18,10 +19,8 @@ def serve(port_file: str) -> None:
 
     server = RendezvousServer(verbose=0)
     port = server.start()
-    tmp = f"{port_file}.tmp{os.getpid()}"
-    with open(tmp, "w") as handle:
+    with replaced(port_file) as handle:
         handle.write(str(port))
-    os.replace(tmp, port_file)
     print(f"rendezvous server listening on port {port}", flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

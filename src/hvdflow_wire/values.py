@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import typing
 from typing import Any, Dict, Mapping, Type, TypeVar, Union
+
+from hvdflow_wire.replace import replaced
 
 T = TypeVar("T")
 
@@ -122,8 +123,6 @@ def read_object(path: str) -> Dict[str, Any]:
 def write_object(path: str, data: Mapping[str, Any], end: str = "") -> None:
     """Write ``data`` as indented, key-sorted JSON followed by ``end`` so that a reader sees the old file or the whole
     new one (a temporary file beside ``path``, then renamed over it)."""
-    tmp = os.path.join(os.path.dirname(path), ".%s.tmp" % os.path.basename(path))
-    with open(tmp, "w") as handle:
+    with replaced(path) as handle:
         json.dump(data, handle, indent=2, sort_keys=True)
         handle.write(end)
-    os.replace(tmp, path)

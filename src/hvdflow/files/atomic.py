@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from hvdflow_wire.replace import replaced
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary sibling and rename it over ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with replaced(str(path)) as handle:
+        handle.write(text)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -42,6 +42,15 @@ def _open_dir(path: Path, what: str) -> int:
         raise UnsafePlace(f"{path} is {kind} (owned by uid {st.st_uid}): refusing to {what} there") from None
 
 
+def in_shared_place(path: Path) -> bool:
+    """Whether ``path``'s folder is one every user can write in (/tmp, a scratch file system), so that ``path`` may
+    have been prepared by another user."""
+    try:
+        return bool(os.stat(path.parent).st_mode & stat.S_IWOTH)
+    except FileNotFoundError:
+        return False
+
+
 def private_dir(path: Path, what: str) -> Path:
     """Make ``path`` a directory that only this user can enter (0700), or check the one that is there; return it.
 

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from hvdflow.errors import UdockerError
 from hvdflow.files.atomic import write_text_atomic
+from hvdflow.files.private import in_shared_place, private_dir
 from hvdflow.images.udocker_tools import HOST_PROOT, build_tools_tarball, engine_wrapper
 
 ROOT_REFUSAL = (
@@ -66,7 +67,13 @@ class Udocker:
         return self.state_dir / "udocker.conf"
 
     def prepare(self) -> None:
-        """Create the directory, the tools tarball and the config, and install the tools (idempotent)."""
+        """Create the directory, the tools tarball and the config, and install the tools (idempotent).
+
+        A directory in a place every user can write (a site's scratch) is made the user's alone, or refused by name
+        (:func:`hvdflow.files.private.private_dir`): another user's folder or link there would hold the images.
+        """
+        if in_shared_place(self.udocker_dir):
+            private_dir(self.udocker_dir, "keep udocker's images and containers")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         tarball = build_tools_tarball(self.state_dir)
         config = f"[DEFAULT]\ntarball = {tarball}\ninstallinfo = /dev/null\n"

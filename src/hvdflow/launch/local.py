@@ -9,11 +9,12 @@ bound to its cores (:mod:`hvdflow.launch.cpus`): Gloo's with ``sched_setaffinity
 
 from __future__ import annotations
 
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
+from hvdflow.errors import LaunchError
+from hvdflow.files.private import UnsafePlace, private_dir, remove_own
 from hvdflow.launch.cpus import CpuPlan, cpu_list
 from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
 from hvdflow.launch.rendezvous import start_rendezvous_server
@@ -23,19 +24,24 @@ from hvdflow.launch.supervise import ProgressFollower, Supervised, start, stop, 
 
 @contextmanager
 def ranks_tmpdir(logs: Path) -> Iterator[dict[str, str]]:
-    """``TMPDIR`` for the ranks: a folder beside their logs, removed when they have gone.
+    """``TMPDIR`` for the ranks: a folder beside their logs, the user's alone (0700, never a link followed: see
+    :mod:`hvdflow.files.private`), removed when they have gone.
 
     TensorFlow's AutoGraph writes a temporary file per converted function and deletes them only at a clean exit, so a
     rank that is killed, or stopped with ``os._exit``, would leave them in the host's /tmp (bound into MPI's and
-    the native runtime's ranks) for good.
+    the native runtime's ranks) for good, where other users of the node see their names.
     """
     tmp = logs / "tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    remove_own(tmp)
+    try:
+        private_dir(tmp, "give the ranks a TMPDIR")
+    except UnsafePlace as exc:
+        raise LaunchError(str(exc)) from None
     try:
         yield {"TMPDIR": str(tmp)}
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_own(tmp)
 
 
 def launch_gloo_local(
