@@ -15,7 +15,7 @@ from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.request import ElasticLaunch, LaunchRequest
 
-CLUSTER = SlurmCluster(Path("/scratch"), 0, "lo")
+CLUSTER = SlurmCluster("/scratch", 0, "lo")
 ELASTIC = ElasticLaunch(ElasticSettings(1, 2), 2)
 LAUNCHER_FUNCTIONS = ("launch_slurm_elastic", "launch_slurm_gloo", "launch_slurm_mpi", "_local_elastic",
                       "launch_gloo_local", "launch_mpi_local")

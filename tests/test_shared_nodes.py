@@ -20,7 +20,8 @@ from typing import Iterator
 import pytest
 
 from conftest import REPO, TEST_USER, _chown_tree, ordinary_user
-from hvdflow.errors import LaunchError
+from hvdflow.config.profile import load_profile
+from hvdflow.errors import ConfigError, LaunchError
 from hvdflow.files.private import UnsafePlace
 from hvdflow.images.udocker import Udocker
 from hvdflow.launch.local import ranks_tmpdir
@@ -193,3 +194,20 @@ def test_a_udocker_directory_on_shared_scratch_must_be_the_users_alone(node: Nod
     with pytest.raises(UnsafePlace, match=f"{udocker_dir} is a symbolic link"):
         Udocker(udocker_dir, allow_root=True).prepare()
     assert listing(node.victim) == before
+
+
+def test_scratch_dir_tmpdir_is_the_jobs_own_expanded_inside_the_job_not_on_the_login_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "hvdflow.yaml"
+    path.write_text("registry: http://127.0.0.1:5000\nruntime: udocker\nlauncher: gloo\nscheduler: slurm\n"
+                    "slurm: {scratch_dir: $TMPDIR, gpus_per_node: 0}\n")
+    monkeypatch.delenv("TMPDIR", raising=False)
+    cluster = load_profile(path).slurm  # the login node: no TMPDIR, and none needed there
+    assert cluster is not None and cluster.scratch_dir == "$TMPDIR"
+    with pytest.raises(ConfigError, match=r"slurm.scratch_dir: environment variable \$TMPDIR is not set"):
+        cluster.job_scratch_dir()
+    monkeypatch.setenv("TMPDIR", "/tmp/job-4711")  # inside the job, where the site sets a private one
+    assert cluster.job_scratch_dir() == Path("/tmp/job-4711")
+    path.write_text(path.read_text().replace("$TMPDIR", "scratch"))
+    with pytest.raises(ConfigError, match="scratch_dir: must be an absolute path or start with a variable"):
+        load_profile(path)

@@ -44,13 +44,19 @@ class SlurmCluster:
     """The Slurm side of a cluster profile: node-local scratch, GPUs per node, network, extra srun flags, and how
     long before the time limit Slurm warns the training job (SIGUSR1; 0: no warning, only the limit's SIGTERM)."""
 
-    scratch_dir: Path
+    scratch_dir: str
+    """Node-local scratch as the profile writes it: its ``$VAR`` and ``${VAR:-default}`` are expanded inside the job
+    (:meth:`job_scratch_dir`), where a site's per-job ``$TMPDIR`` is set, not on the login node."""
     gpus_per_node: int
     network_interface: str
     srun_extra: tuple[str, ...] = ()
     signal_grace_seconds: int = DEFAULT_SIGNAL_GRACE
     cpu_bind: str = "cores"
     """srun's ``--cpu-bind`` for the ranks' job steps (the profile's top-level ``cpu_bind``)."""
+
+    def job_scratch_dir(self) -> Path:
+        """The scratch folder in this job's environment (ConfigError naming a variable the job does not set)."""
+        return Path(_expand("slurm.scratch_dir", self.scratch_dir))
 
 
 @dataclass(frozen=True)
@@ -171,7 +177,11 @@ def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster
     grace = expect(f"{where}.signal_grace_seconds", data.get("signal_grace_seconds", DEFAULT_SIGNAL_GRACE), int)
     if not 0 <= grace <= 65535:
         raise ConfigError(f"{where}.signal_grace_seconds: must be 0 (no warning) to 65535 seconds, got {grace}")
-    return SlurmCluster(scratch_dir=Path(_expand(f"{where}.scratch_dir", data["scratch_dir"])), gpus_per_node=gpus,
+    scratch = str(expect(f"{where}.scratch_dir", data["scratch_dir"], str))
+    if not os.path.isabs(scratch) and not scratch.startswith(("$", "~")):
+        raise ConfigError(f"{where}.scratch_dir: must be an absolute path or start with a variable such as $TMPDIR, "
+                          f"got {scratch!r}")
+    return SlurmCluster(scratch_dir=scratch, gpus_per_node=gpus,
                         network_interface=interface,
                         srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra),
                         signal_grace_seconds=grace, cpu_bind=cpu_bind)

@@ -210,7 +210,7 @@ def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_p
     logs.mkdir(parents=True, exist_ok=True)
     for stale in [*logs.glob(RankFailed.glob()), *logs.glob(RankStopped.glob())]:
         stale.unlink()
-    staged = job_scratch(cluster.scratch_dir, job_id) / "dataset"
+    staged = job_scratch(cluster.job_scratch_dir(), job_id) / "dataset"
     reports = logs / "staging"
     reports.mkdir(exist_ok=True)
     env = host_code_env(runtime.process_env())
