@@ -153,6 +153,8 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     if launcher == "gloo":  # the rendezvous server ran on the first node and the ranks found it there
         assert pipeline.json("logs/train/cluster/rendezvous.json")["addr"] == cluster.node_addr("n1")
         assert f"Gloo rendezvous {cluster.node_addr('n1')}:" in (logs / "rank-3.log").read_text()
+        # listening on the cluster's network only
+        assert f"rendezvous server listening on {cluster.node_addr('n1')}:" in (logs / "rendezvous.log").read_text()
     output = proc.stdout + proc.stderr
     [sbatch] = [line for line in output.splitlines() if "sbatch call: sbatch" in line and "rule_train" in line]
     assert {"--nodes=2", "--ntasks-per-node=2", "--gres=gpu:2", "--requeue", "--signal=USR1@60",

@@ -44,6 +44,8 @@ def test_gloo_two_ranks_train_to_identical_weights(hpc_user: HpcUser, cpu_pull: 
     assert (summary["tensorflow"], summary["horovod"]) == ("2.15.1", "0.28.1")
     assert json.loads((user_tmp / "gloo" / "summary.json").read_text()) == summary
     assert summary["proot"].endswith("/ROOT/opt/hvdflow/bin/proot")  # the image's own engine, by default
+    # the rendezvous store (no authentication) listened on loopback only, not on every interface as Horovod's would
+    assert "rendezvous server listening on 127.0.0.1:" in (user_tmp / "gloo" / "logs" / "train" / "rendezvous.log").read_text()
 
 
 SECCOMP_OF_CONTAINER = """

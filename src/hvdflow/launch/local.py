@@ -62,7 +62,7 @@ def launch_gloo_local(
     """
     logs.mkdir(parents=True, exist_ok=True)
     binds = [logs, *paths]
-    server, port = start_rendezvous_server(runtime, logs, binds, runtime.process_env())
+    server, port = start_rendezvous_server(runtime, logs, binds, runtime.process_env(), "127.0.0.1")
     ranks: list[Supervised] = []
     with ranks_tmpdir(logs) as tmp_env:
         try:

@@ -294,10 +294,10 @@ def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tri
 
 def _train_gloo(runtime: Runtime, cluster: SlurmCluster, ranks_step: list[str], logs: Path, env: dict[str, str],
                 timeout: Optional[float], progress: Optional[Path]) -> None:
-    server, port = start_rendezvous_server(runtime, logs, [logs], env)
+    address = rendezvous_address(cluster.network_interface)
+    server, port = start_rendezvous_server(runtime, logs, [logs], env, address)
     try:
-        Rendezvous(rendezvous_address(cluster.network_interface), port, os.uname().nodename).write(
-            str(logs / "rendezvous.json"))
+        Rendezvous(address, port, os.uname().nodename).write(str(logs / "rendezvous.json"))
         _run_step("training", ranks_step, logs / "srun.log", env, timeout, logs, progress)
     finally:
         stop([server])
