@@ -111,8 +111,8 @@ def test_a_link_at_the_users_scratch_folder_is_refused_and_nothing_it_points_to_
     before = listing(node.victim)
     proc = node.stage("999", "999")
     assert proc.returncode == 1
-    assert (f"{node.user_dir} is a symbolic link (owned by uid {node.other.pw_uid}): refusing to sweep ended jobs "
-            f"there") in proc.stderr, proc.stderr
+    assert (f"node-local scratch on {os.uname().nodename}: {node.user_dir} is a symbolic link (owned by uid "
+            f"{node.other.pw_uid}): refusing to stage there") in proc.stderr, proc.stderr
     assert listing(node.victim) == before
     assert node.clean("999").returncode == 1 and listing(node.victim) == before
     assert sorted(p.name for p in node.scratch.iterdir()) == [node.user_dir.name, "hvdflow-job-999"]
@@ -124,7 +124,7 @@ def test_a_folder_another_user_made_at_the_users_name_is_refused_and_left_as_it_
     before = listing(node.user_dir)
     proc = node.stage("999", "999")
     assert proc.returncode == 1
-    assert f"{node.user_dir} belongs to uid {node.other.pw_uid}: refusing to" in proc.stderr, proc.stderr
+    assert f"{node.user_dir} belongs to uid {node.other.pw_uid}: refusing to stage there" in proc.stderr, proc.stderr
     assert listing(node.user_dir) == before
     assert not (node.base / "reports" / "task-0.json").exists()
 

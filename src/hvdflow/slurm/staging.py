@@ -58,17 +58,14 @@ def job_scratch(scratch: Path, job_id: str) -> Path:
 
 
 def private_job_dir(job_dir: Path) -> Path:
-    """Make the user's scratch folder and the job's folder in it, private and checked; LaunchError naming a path that
-    is not the user's alone, or scratch that is not writable."""
-    host = os.uname().nodename
+    """Make the user's scratch folder and the job's folder in it, private and checked; UnsafePlace naming a path that
+    is not the user's alone, LaunchError where scratch is not writable."""
     try:
         private_dir(job_dir.parent, "stage")
         return private_dir(job_dir, "stage")
-    except UnsafePlace as exc:
-        raise LaunchError(f"node-local scratch on {host}: {exc}") from None
     except OSError as exc:
-        raise LaunchError(f"node-local scratch {job_dir.parent.parent} on {host} is not writable: {exc.strerror} "
-                          f"(set scratch_dir in the profile's hvdflow.yaml)") from None
+        raise LaunchError(f"node-local scratch {job_dir.parent.parent} on {os.uname().nodename} is not writable: "
+                          f"{exc.strerror} (set scratch_dir in the profile's hvdflow.yaml)") from None
 
 
 def stage(source: Path, dest: Path) -> int:
@@ -112,7 +109,7 @@ def sweep_ended_jobs(user_dir: Path, live_jobs: set[str]) -> list[Path]:
     Only the user's own private folder is looked into (UnsafePlace if that is not the user's alone); the folders of the
     user's running or requeued jobs (a requeued job keeps its id) stay, and nothing is followed through a link.
     """
-    if not check_private(user_dir, "sweep ended jobs"):
+    if not check_private(user_dir, "stage"):
         return []
     return [folder for folder in sorted(user_dir.glob(JOB_DIR_PREFIX + "*"))
             if folder.name[len(JOB_DIR_PREFIX):] not in live_jobs and remove_own(folder)]
@@ -194,7 +191,10 @@ def main(argv: list[str]) -> int:
             swept=[str(p) for p in swept], seconds=round(time.monotonic() - started, 3),
             hvdflow_source=str(code_location())).write(str(reports))
         return 0
-    except (LaunchError, DatasetError, UnsafePlace) as exc:
+    except UnsafePlace as exc:
+        print(f"hvdflow staging: error: node-local scratch on {os.uname().nodename}: {exc}", file=sys.stderr)
+        return 1
+    except (LaunchError, DatasetError) as exc:
         print(f"hvdflow staging: error: {exc}", file=sys.stderr)
         return 1
 
