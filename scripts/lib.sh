@@ -65,12 +65,17 @@ PY
 ensure_venv() {
   local dir=$1; shift
   [ -f "$dir/.hvdflow-complete" ] && return 0
-  rm -rf "$dir"
-  log "creating venv $dir"
-  $HVDFLOW_PYTHON -m venv "$dir"
-  "$dir/bin/pip" install -c "$HVDFLOW_ROOT/requirements/constraints.txt" -r <(project_requirements "$@") \
-    > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; log "pip install into $dir failed (log: $dir.log)"; return 1; }
-  touch "$dir/.hvdflow-complete"
+  mkdir -p "$(dirname "$dir")"
+  # one maker at a time (the test suite's lanes start together); the others wait, then find it made
+  ( flock 9
+    [ -f "$dir/.hvdflow-complete" ] && exit 0
+    rm -rf "$dir"
+    log "creating venv $dir"
+    $HVDFLOW_PYTHON -m venv "$dir"
+    "$dir/bin/pip" install -c "$HVDFLOW_ROOT/requirements/constraints.txt" -r <(project_requirements "$@") \
+      > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; log "pip install into $dir failed (log: $dir.log)"; exit 1; }
+    touch "$dir/.hvdflow-complete"
+  ) 9>"$dir.lock"
 }
 
 # copy_tree_keeping_lock DEST PART...: replace each PART (a path of the working directory) in DEST with a fresh copy,

@@ -12,4 +12,23 @@ venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-test-$(venv_key)
 ensure_venv "$venv" test
 # Slurm clients of the suite read the test bed's own configuration, never the machine's /etc/slurm
 export SLURM_CONF=${HVDFLOW_TESTBED_DIR:-/var/lib/hvdflow-testbed}/etc/slurm.conf
-PYTHONPATH="$HVDFLOW_ROOT/src" exec "$venv/bin/python" -m pytest "$@"
+export PYTHONPATH="$HVDFLOW_ROOT/src"
+[ $# -gt 0 ] && exec "$venv/bin/python" -m pytest "$@"
+
+# The whole suite runs in two lanes at once: the Slurm test bed's tests (-m slurm), which spend most of their time
+# waiting on Slurm's timers (time limits, KillWait, requeues), beside everything else. Each lane has its own pytest
+# session, registry and udocker directory and its own folder in the test user's home (tests/conftest.py: LANE);
+# image builds and venvs are made once, the other lane waiting on their lock.
+bed_log=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/test-lane-testbed.log
+lane() { HVDFLOW_TEST_LANE=$1 exec "$venv/bin/python" -m pytest --basetemp="/tmp/hvdflow-pytest-$1" -m "$2"; }
+log "lane testbed (-m slurm) runs beside this one; its output follows this lane's, and is in $bed_log meanwhile"
+(lane testbed slurm) > "$bed_log" 2>&1 < /dev/null &
+bed=$!
+trap 'kill "$bed" 2>/dev/null || true' EXIT
+rest=0; (lane rest "not slurm") || rest=$?
+testbed=0; wait "$bed" || testbed=$?
+trap - EXIT
+log "lane testbed (-m slurm), exit status $testbed:"
+cat "$bed_log"
+log "lanes: rest exit status $rest, testbed exit status $testbed"
+[ "$rest" -eq 0 ] && [ "$testbed" -eq 0 ]

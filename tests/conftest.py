@@ -12,6 +12,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ from hvdflow.testbed.cluster import alive, default_layout  # noqa: E402
 from hvdflow.testbed.registry_server import start_registry  # noqa: E402
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
+LANE = os.environ.get("HVDFLOW_TEST_LANE", "")
+"""Which lane of scripts/test.sh this session is (``testbed`` or ``rest``); empty for a plain pytest run."""
 WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles")
 
 
@@ -56,6 +59,8 @@ class HpcUser:
     home: Path
     workspace: Path
     venv: Path
+    tests_dir: Path
+    """This session's folder in the user's home (one per lane of scripts/test.sh, which run at once)."""
 
     def env(self, extra: Mapping[str, str] = {}) -> dict[str, str]:
         """A clean login-like environment for the user, with hvdflow importable."""
@@ -102,11 +107,16 @@ def ordinary_user(name: str) -> pwd.struct_passwd:
     """The ordinary user ``name``, created with a home if missing (the suite runs as root)."""
     if os.geteuid() != 0:
         pytest.fail("the test suite runs as root (it creates the test users and starts services); use scripts/test.sh")
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
-        return pwd.getpwnam(name)
+    for _ in range(100):  # the other lane of scripts/test.sh may be creating it (useradd locks /etc/passwd)
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            pass
+        made = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True, text=True)
+        if made.returncode not in (0, 1, 9, 10):  # 1: /etc/passwd locked, 9: made meanwhile, 10: /etc/group locked
+            raise AssertionError(f"useradd {name} failed ({made.returncode}): {made.stderr}")
+        time.sleep(0.1)
+    raise AssertionError(f"user {name} could not be created: {made.stderr}")
 
 
 @pytest.fixture(scope="session")
@@ -114,9 +124,10 @@ def hpc_user() -> HpcUser:
     """The ordinary user (created if missing), a fresh copy of the tree in its home, and its venv."""
     entry = ordinary_user(TEST_USER)
     home = Path(entry.pw_dir)
-    if (home / "hvdflow-tests").exists():
-        shutil.rmtree(home / "hvdflow-tests")
-    workspace = home / "hvdflow-tests" / "tree"
+    tests_dir = home / ("hvdflow-tests" + (f"-{LANE}" if LANE else ""))
+    if tests_dir.exists():
+        shutil.rmtree(tests_dir)
+    workspace = tests_dir / "tree"
     workspace.mkdir(parents=True)
     for part in WORKSPACE_PARTS:
         source = REPO / part
@@ -124,11 +135,11 @@ def hpc_user() -> HpcUser:
             shutil.copytree(source, workspace / part, ignore=shutil.ignore_patterns("__pycache__", "images.lock.yaml"))
         else:
             shutil.copy2(source, workspace / part)
-    _chown_tree(home / "hvdflow-tests", entry.pw_uid, entry.pw_gid)
+    _chown_tree(tests_dir, entry.pw_uid, entry.pw_gid)
     key = subprocess.run(["bash", "-c", f"source {workspace}/scripts/lib.sh && venv_key"], capture_output=True,
                          text=True, check=True).stdout.strip()
     venv = home / ".cache" / "hvdflow" / f"venv-{key}"
-    user = HpcUser(TEST_USER, entry.pw_uid, entry.pw_gid, home, workspace, venv)
+    user = HpcUser(TEST_USER, entry.pw_uid, entry.pw_gid, home, workspace, venv, tests_dir)
     user.run(["bash", "-c", f"source scripts/lib.sh && ensure_venv {venv}"], check=True, timeout=900)
     return user
 
@@ -136,7 +147,7 @@ def hpc_user() -> HpcUser:
 @pytest.fixture
 def user_tmp(hpc_user: HpcUser) -> Path:
     """A fresh directory of the test's own, owned by the ordinary user."""
-    return hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / f"t-{uuid.uuid4().hex[:8]}")
+    return hpc_user.mkdir(hpc_user.tests_dir / f"t-{uuid.uuid4().hex[:8]}")
 
 
 @dataclass(frozen=True)
@@ -221,7 +232,7 @@ class TinyRepo:
 
     def catalog(self, user: HpcUser, tag: str, name: str = "tiny") -> Path:
         """A catalogue, owned by the user, with one image ``name`` = ``repository:tag``."""
-        directory = user.mkdir(user.home / "hvdflow-tests" / f"catalog-{uuid.uuid4().hex[:8]}")
+        directory = user.mkdir(user.tests_dir / f"catalog-{uuid.uuid4().hex[:8]}")
         path = directory / "catalog.yaml"
         path.write_text(
             "images:\n"
@@ -239,4 +250,4 @@ class TinyRepo:
 @pytest.fixture(scope="session")
 def udocker_dir(hpc_user: HpcUser, cpu_image: BuiltImage) -> Path:
     """The session's udocker directory (the smoke tests pull into the same one)."""
-    return hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / "cpu") / "udocker"
+    return hpc_user.mkdir(hpc_user.tests_dir / "cpu") / "udocker"

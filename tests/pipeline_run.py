@@ -65,7 +65,7 @@ class Pipeline:
         Snakemake's records of them come along, so that only the rules after the preparation run here (shared set-up
         for the tests of training; the preparation has tests of its own)."""
         self.user, self.registry, self.udocker_dir = user, registry, udocker_dir
-        self.root = user.home / "hvdflow-tests" / f"pipeline-{uuid.uuid4().hex[:8]}"
+        self.root = user.tests_dir / f"pipeline-{uuid.uuid4().hex[:8]}"
         self.root.mkdir(parents=True)
         for part in TREE:
             shutil.copytree(user.workspace / part, self.root / part)

@@ -28,7 +28,7 @@ EXPERIMENT = {"image": "hvdflow-cpu", "ranks": 2, "model": "small-cnn", "hidden_
 @pytest.fixture(scope="module")
 def raw(hpc_user: HpcUser) -> dict:  # type: ignore[type-arg]
     """The four datasets, written once, owned by the user."""
-    base = hpc_user.home / "hvdflow-tests" / "raw-data"
+    base = hpc_user.tests_dir / "raw-data"
     written = {"v1": write_ben_v1(base / "v1", 60), "v2": write_ben_v2(base / "v2", 60),
                "cells": write_image_folder(base / "cells", 16, size=32), "sequences": write_image_folder(base / "seq", 12,
                                                                                                   sequence=True)}
@@ -142,7 +142,7 @@ def test_preparing_again_does_nothing(trained: Pipeline) -> None:
 
 def test_a_bad_band_file_is_named_or_skipped_and_counted(hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
                                                         tmp_path: Path) -> None:
-    base = hpc_user.home / "hvdflow-tests" / "raw-bad"
+    base = hpc_user.tests_dir / "raw-bad"
     v1 = write_ben_v1(base, 10, seed=4)
     victim = sorted(n for n in v1.labels if n not in (v1.snow, v1.cloud, v1.no_label))[2]
     broken = v1.root / victim / f"{victim}_B8A.tif"

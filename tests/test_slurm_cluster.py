@@ -470,7 +470,7 @@ def test_a_bigearthnet_folder_is_prepared_and_trained_through_slurm(cluster: Any
     from conftest import _chown_tree
     from dataset_files import write_ben_v1
 
-    base = hpc_user.home / "hvdflow-tests" / "raw-slurm"
+    base = hpc_user.tests_dir / "raw-slurm"
     raw = write_ben_v1(base, 60, seed=9)
     _chown_tree(base, hpc_user.uid, hpc_user.gid)
     pipeline = Pipeline(hpc_user, registry, udocker_dir)

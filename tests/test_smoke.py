@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.image, pytest.mark.e2e]
 @pytest.fixture(scope="session")
 def cpu_pull(hpc_user: HpcUser, registry: Registry, cpu_image: BuiltImage) -> list[str]:
     """Pull the image once for the session as the user; returns the common pull arguments for hvdflow smoke."""
-    base = hpc_user.mkdir(hpc_user.home / "hvdflow-tests" / "cpu")
+    base = hpc_user.mkdir(hpc_user.tests_dir / "cpu")
     args = ["hvdflow-cpu", "--catalog", str(hpc_user.workspace / "containers" / "catalog.yaml"),
             "--registry", registry.url, "--udocker-dir", str(base / "udocker"), "--lock", str(base / "images.lock.yaml")]
     pulled = hpc_user.hvdflow("image", "pull", *args, timeout=900)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hvdflow.errors import ConfigError, RegistryError
 from hvdflow.files.cache import cache_root, content_key, sha256_file, source_fingerprint
+from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.build.commands import run_step
 from hvdflow.images.build.oci import ImageConfig, LayerSpec, prefix_filter, write_oci_layout
 from hvdflow.images.build.proot import ensure_proot, proot_key
@@ -57,16 +58,27 @@ def _read_manifest_digest(layout: Path) -> str:
     return str(index["manifests"][0]["digest"])
 
 
+BUILD_LOCK_TIMEOUT = 3 * 3600.0
+"""Seconds a build waits for another one of the same cache (a cold build of hvdflow-cpu takes about 6 minutes)."""
+
+
 def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage:
     """The OCI layout of ``spec``, built from its recipe unless the cache already holds it.
 
     The build is reproducible: the same recipe gives the same digest on another day or machine of the same kind
     (``rootfs`` for the Debian and Python parts, ``oci`` for the layers). ``debian`` says what to do where Debian's
-    mirror no longer serves a pinned version (``pins.DEBIAN_MODES``; ``pin`` always rebuilds).
+    mirror no longer serves a pinned version (``pins.DEBIAN_MODES``; ``pin`` always rebuilds). One build at a time
+    per cache: a second waits (its build roots, wheels and proot are shared), then finds the image if it was the same.
     """
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
-    recipe = load_recipe(spec.recipe)
+    lock = cache_root() / "images" / "build.lock"
+    with exclusive_lock(lock, BUILD_LOCK_TIMEOUT, f"building {spec.name}"):
+        return _build(spec, spec.recipe, log, debian)
+
+
+def _build(spec: ImageSpec, recipe_path: Path, log: Path, debian: str) -> BuiltImage:
+    recipe = load_recipe(recipe_path)
     toolchain = toolchain_for(recipe, log)
     if debian != "pin":
         cached = image_cache_dir(spec, toolchain)
@@ -85,7 +97,7 @@ def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage
             "org.opencontainers.image.title": spec.name,
             "org.opencontainers.image.description": spec.description,
             "io.hvdflow.python": toolchain.python_version,
-            "io.hvdflow.recipe.sha256": load_recipe(spec.recipe).fingerprint(),  # after --debian pin: the new manifest
+            "io.hvdflow.recipe.sha256": load_recipe(recipe_path).fingerprint(),  # after --debian pin: the new manifest
         }
         if recipe.horovod is not None and wheel is not None:
             labels.update({"io.hvdflow.tensorflow": recipe.horovod.tensorflow, "io.hvdflow.horovod": recipe.horovod.version,
