@@ -29,10 +29,13 @@ from hvdflow.images.catalog import load_catalog  # noqa: E402
 from hvdflow.testbed.cluster import alive, default_layout  # noqa: E402
 from hvdflow.testbed.registry_server import start_registry  # noqa: E402
 
+pytest_plugins = ("pipeline_fixtures",)
+
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
 LANE = os.environ.get("HVDFLOW_TEST_LANE", "")
 """Which lane of scripts/test.sh this session is (``testbed`` or ``rest``); empty for a plain pytest run."""
-WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles")
+WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles",
+                   "examples")
 
 
 def slurm_client_env() -> dict[str, str]:

@@ -21,7 +21,7 @@ import yaml
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
 
-TREE = ("src", "containers", "workflow", "config", "profiles")
+TREE = ("src", "containers", "workflow", "config", "profiles", "examples")
 PNG = b"\x89PNG\r\n\x1a\n"
 RECORD_SCHEMA = REPO / "workflow" / "schemas" / "run-record.schema.yaml"
 

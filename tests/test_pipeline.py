@@ -11,7 +11,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -32,15 +31,6 @@ from pipeline_run import (
 )
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
-
-
-@pytest.fixture(scope="session")
-def demo(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Iterator[Pipeline]:
-    """The demo pipeline, run once for the session."""
-    pipeline = Pipeline(hpc_user, registry, udocker_dir)
-    proc = pipeline.snakemake()
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    yield pipeline
 
 
 def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: BuiltImage) -> None:

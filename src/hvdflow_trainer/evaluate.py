@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from hvdflow_index import write_json
 
+from . import user_code
 from .keras.evaluate import evaluate
 
 
@@ -20,8 +21,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--dataset", required=True)
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--batch-size", type=int, default=256)
+    user_code.add_options(parser)
     args = parser.parse_args(argv)
-    write_json(args.out, evaluate(args.model, args.dataset, args.batch_size))
+    try:
+        write_json(args.out, evaluate(args.model, args.dataset, args.batch_size, user_code.user_model_of(args)))
+    except user_code.UserCodeError as exc:
+        user_code.exit_naming(exc)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from typing import List, Optional
 
 from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 
-from . import faults
+from . import faults, user_code
 from .neighbours import TOPOLOGIES
 from .run_control import StopFlag, StopRequested
 
@@ -27,7 +27,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dataset", required=True, help="prepared dataset directory (with index.json)")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--model", default="mlp", help="mlp, small-cnn, resnet50, or user (--model-code and --model-build)")
     parser.add_argument("--hidden-units", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
@@ -52,6 +52,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--membership", default="", help="elastic: the JSON-lines file rank 0 appends each membership to")
     parser.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints")
     parser.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept")
+    user_code.add_options(parser)
     faults.add_options(parser)
     return parser.parse_args(argv)
 
@@ -70,6 +71,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     except StopRequested as stop:
         print("hvdflow: %s%s" % (stop, STOPPED_LINE_END), flush=True)
         sys.exit(STOPPED_EXIT)
+    except user_code.UserCodeError as exc:
+        user_code.exit_naming(exc)
 
 
 if __name__ == "__main__":

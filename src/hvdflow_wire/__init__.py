@@ -18,8 +18,9 @@ names the file (and, for JSON lines, the line), never data.
 - :mod:`.elastic`: the files of an elastic run, between the launcher on the host, Horovod's driver in the image and
   rank 0 of the trainer: ``hosts.json``, ``requests.jsonl``, ``exits.jsonl``, ``result.json``,
   ``membership.jsonl``, and the launcher's own ``events.jsonl``.
+- :mod:`.user_code`: the last line of a trainer process that the user's own code stopped (trainer → host steps).
 - :mod:`.lines`: appending and reading JSON lines (a line still being written is not read until it is complete).
-- :mod:`.values`: the checks every reader shares and the atomic write every writer shares.
+- :mod:`.values`: the checks every reader shares; :mod:`.replace`: the atomic write every writer shares.
 
 Standard library only, Python 3.8 grammar; imports neither ``hvdflow`` nor ``hvdflow_trainer``.
 """

@@ -102,12 +102,15 @@ def get_dataset_chunks(wildcards):
 
 
 def get_train_inputs(wildcards):
-    """What a training job reads: its image record and its prepared dataset's index."""
+    """What a training job reads: its image record and its prepared dataset's index (and a user's model's check)."""
     entry = experiment(wildcards)
-    return {
+    inputs = {
         "image": get_image_record(entry["image"]),
         "index": f"resources/datasets/{entry['dataset']}/index.json",
     }
+    if isinstance(entry["model"], dict):  # a user's own model: checked before the job (rule check_model)
+        inputs["model_check"] = f"results/{wildcards.experiment}/model-check.json"
+    return inputs
 
 
 def get_final_outputs():

@@ -9,7 +9,9 @@ rule evaluate:
             caption="../report/evaluation.rst",
             category="{experiment}",
         ),
+    params:
+        spec=experiment,
     log:
         "logs/evaluate/{experiment}.log",
     run:
-        steps.evaluate_rule(input, output, log, config, PROFILE)
+        steps.evaluate_rule(input, output, log, params, config, PROFILE)

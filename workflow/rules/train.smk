@@ -1,3 +1,21 @@
+rule check_model:
+    # a user's own model built once in the image on the dataset's shape: bad code is named on the login node in
+    # seconds, before a training job queues
+    input:
+        image=lambda wildcards: get_image_record(experiment(wildcards)["image"]),
+        index=lambda wildcards: f"resources/datasets/{experiment(wildcards)['dataset']}/index.json",
+    output:
+        check="results/{experiment}/model-check.json",
+    params:
+        spec=experiment,
+        name=lambda wildcards: wildcards.experiment,
+    log:
+        "logs/check_model/{experiment}.log",
+    localrule: True
+    run:
+        steps.check_model_rule(input, output, log, params, config, PROFILE)
+
+
 rule train:
     input:
         unpack(get_train_inputs),

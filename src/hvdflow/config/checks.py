@@ -53,16 +53,19 @@ def check_launcher(spec: TrainSpec, profile: ClusterProfile) -> None:
 def check_experiments(config: Mapping[str, Any], profile: ClusterProfile) -> None:
     """ConfigError naming ``experiments.<name>``, experiment by experiment: first a layout the profile's cluster cannot
     hold (:func:`check_layout` of its slots, ``max_ranks`` for an elastic run), then the keys that depend on each other
-    (strategy, topology, ranks, the elastic bounds: :class:`TrainSpec`) and the launcher (:func:`check_launcher`)."""
+    (strategy, topology, ranks, the elastic bounds: :class:`TrainSpec`), the launcher (:func:`check_launcher`) and a
+    user's own model's folder and module (:class:`~hvdflow.config.user_code.UserModel`)."""
     for name, entry in config["experiments"].items():
         where = f"experiments.{name}"
         # the slots read before the entry is built, so that an impossible layout is named before the keys' errors
         check_layout(where, max_ranks_of(entry["ranks"], entry.get("elastic")), entry["nodes"], profile.slurm,
                      profile.path)
         try:
-            check_launcher(TrainSpec.from_config(entry), profile)
+            spec = TrainSpec.from_config(entry)
+            check_launcher(spec, profile)
         except HvdflowError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+        spec.user_model(f"{where}.model")  # a user's own model: its folder and build module are there
 
 
 def check_images(config: Mapping[str, Any], catalog: Mapping[str, ImageSpec]) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
 
+from hvdflow.config.user_code import USER_MODEL, UserModel
 from hvdflow.errors import LaunchError
 
 RESUME_MODES = ("auto", "never")
@@ -29,7 +31,8 @@ class TrainSpec:
     """What one experiment trains (config ``experiments.<name>``, less the dataset and image)."""
 
     ranks: int
-    model: str
+    model: Union[str, Mapping[str, Any]]
+    """A built-in model's name, or the user's own (:class:`~hvdflow.config.user_code.UserModel`'s config mapping)."""
     hidden_units: int
     epochs: int
     batch_size: int
@@ -118,9 +121,18 @@ class TrainSpec:
         """The spec of a validated ``experiments.<name>`` entry (its other keys, dataset and image, are left out)."""
         return cls(**{f.name: entry[f.name] for f in fields(cls) if f.name in entry})
 
+    def user_model(self, where: str = "model") -> Optional[UserModel]:
+        """The user's own model (its folder resolved against the working directory, the workflow's root, as a
+        dataset's paths are); None for a built-in one."""
+        if isinstance(self.model, str):
+            return None
+        return UserModel.from_config(where, self.model, Path.cwd())
+
     def trainer_args(self) -> list[str]:
         """The trainer's options for this experiment (the dataset and output folders are the launcher's)."""
-        return ["--model", self.model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
+        user = self.user_model()
+        model = ["--model", str(self.model)] if user is None else ["--model", USER_MODEL, *user.trainer_args()]
+        return [*model, "--hidden-units", str(self.hidden_units), "--epochs", str(self.epochs),
                 "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
                 "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed),
                 "--shuffle-buffer", str(self.shuffle_buffer), "--checkpoint-every", str(self.checkpoint_every),

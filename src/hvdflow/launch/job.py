@@ -14,6 +14,7 @@ class TrainingJob:
 
     The ranks read the prepared dataset at ``dataset_dir`` (or a node-local copy of it; None: a program that reads
     none, such as the benchmark's) and write to ``out_dir``; rank logs and the rendezvous files go to ``logs_dir``.
+    ``read_paths`` are host folders the ranks only read (a user's own code).
     """
 
     trainer_args: Sequence[str]
@@ -23,6 +24,7 @@ class TrainingJob:
     out_dir: Path
     logs_dir: Path
     module: str = "hvdflow_trainer.train"
+    read_paths: Sequence[Path] = ()
 
     def argv(self, dataset_dir: Optional[Path] = None) -> list[str]:
         """The program's command line, reading ``dataset_dir`` (default: the prepared dataset itself, if any)."""
@@ -31,5 +33,6 @@ class TrainingJob:
                 *self.trainer_args]
 
     def paths(self) -> list[Path]:
-        """The host folders the ranks read and write (bound into containers): the outputs and the dataset."""
-        return [self.out_dir] + ([self.dataset_dir] if self.dataset_dir else [])
+        """The host folders the ranks read and write (bound into containers): the outputs, the dataset and the
+        folders they only read."""
+        return [self.out_dir] + ([self.dataset_dir] if self.dataset_dir else []) + list(self.read_paths)

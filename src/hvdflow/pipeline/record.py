@@ -25,6 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow import __version__, code_location
 from hvdflow.config.profile import ClusterProfile
+from hvdflow.config.user_code import UserModel, tree_sha256
 from hvdflow.files.cache import sha256_file
 from hvdflow.images.lockfile import read_lock
 from hvdflow.launch.elastic import read_events, timeline
@@ -56,6 +57,19 @@ def _git_revision(directory: Path) -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None, "changed_files": [], "diff_sha256": None,
                 "note": f"{directory} is not a git checkout"}
+
+
+def _user_code(spec: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """A user's own model's code as it ran: its folder, every file's sha256, their tree hash, and the git state of
+    the checkout holding it (a folder inside the workflow's checkout is covered by its commit); None for a built-in
+    model."""
+    model = spec.get("model")
+    if not isinstance(model, Mapping):
+        return None
+    user = UserModel.from_config("model", model, Path.cwd())
+    files = user.files()
+    return {"folder": str(model["code"]), "path": str(user.code), "build": user.build, "files": files,
+            "tree_sha256": tree_sha256(files), "git": _git_revision(user.code)}
 
 
 def jsonable(value: Any) -> Any:
@@ -154,6 +168,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "runtime": profile.runtime,
         "launcher": profile.launcher,
         "code": {**_git_revision(code_location()), "hvdflow_source": str(code_location())},
+        "user_code": _user_code(spec),
         "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
         "versions": {"tensorflow": results[0].tensorflow, "horovod": results[0].horovod,
                      "python_in_runtime": results[0].python, "python_host": platform.python_version(),

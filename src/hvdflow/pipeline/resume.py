@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional
 
 from hvdflow.config.experiment import RUN_SETTINGS
+from hvdflow.config.user_code import UserModel, tree_sha256
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.slurm.jobinfo import restart_count
@@ -39,8 +40,13 @@ KILLED = "ended without a word: killed (time limit, preemption, a lost node or a
 
 
 def identity_of(spec: Mapping[str, Any], image_digest: str, index: Path) -> dict[str, object]:
-    """The identity of a run of experiment ``spec`` (less its run settings) in image ``image_digest`` on ``index``."""
+    """The identity of a run of experiment ``spec`` (less its run settings) in image ``image_digest`` on ``index``;
+    a user's own model is named with its code's tree hash, so that a checkpoint of other code is never resumed."""
     experiment = {k: v for k, v in sorted(spec.items()) if k not in RUN_SETTINGS}
+    model = spec.get("model")
+    if isinstance(model, Mapping):
+        code = UserModel.from_config("model", model, Path.cwd())
+        experiment["model"] = {**model, "code_sha256": tree_sha256(code.files())}
     return run_identity(experiment, image_digest, sha256_file(str(index)))
 
 

@@ -18,6 +18,7 @@ from hvdflow.config.checks import check_launcher
 from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import LAUNCHERS, ClusterProfile, SlurmCluster
+from hvdflow.config.user_code import UserModel
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.launch import faults
@@ -40,6 +41,7 @@ from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 from hvdflow_wire import WireError
 from hvdflow_wire.rank import RankResult
+from hvdflow_wire.user_code import user_code_error
 
 TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
 CHECKPOINTS = "checkpoints"
@@ -122,8 +124,9 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     run_args = ["--checkpoint-dir", str(checkpoints), "--identity", str(logs_dir / "identity.json")]
     cpus = cpu_plan(spec.slots, slurm, cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
+    user = spec.user_model()
     job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + faults.trainer_args(fail),
-                      spec.slots, spec.nodes, dataset_dir, out_dir, logs_dir)
+                      spec.slots, spec.nodes, dataset_dir, out_dir, logs_dir, read_paths=[user.code] if user else [])
     begin_attempt(checkpoints, plan)
     started = time.time()
     try:
@@ -193,11 +196,32 @@ def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[RankRes
     return results
 
 
+def check_user_model(runtime: Runtime, user: UserModel, dataset_dir: Path, out_file: Path, log: Path,
+                     timeout: Optional[float] = None) -> dict[str, object]:
+    """Build the user's model once in the image on the dataset's shape (:mod:`hvdflow_trainer.check_model`); what it
+    built, written to ``out_file``. LaunchError with the error in the user's terms (file and line, function,
+    arguments, output shape) where the code cannot train."""
+    out_file.unlink(missing_ok=True)
+    command = ["python3", "-m", "hvdflow_trainer.check_model", "--dataset", str(dataset_dir), "--out", str(out_file),
+               *user.trainer_args()]
+    try:
+        run_one(runtime, command, [user.code, dataset_dir, out_file.parent], log, timeout,
+                f"checking the model {user.build} of {user.code}")
+    except LaunchError:
+        said = user_code_error(log.read_text(errors="replace")) if log.exists() else None
+        if said is None:
+            raise
+        raise LaunchError(f"your model code, checked before training: {said}") from None
+    return json.loads(out_file.read_text())
+
+
 def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, log: Path,
-             timeout: Optional[float] = None) -> dict[str, object]:
-    """Test-set metrics of ``model`` written to ``out_file``."""
+             timeout: Optional[float] = None, user: Optional[UserModel] = None) -> dict[str, object]:
+    """Test-set metrics of ``model`` written to ``out_file``; ``user``: the user's model, whose code is bound in and
+    imported before the model is loaded."""
     out_file.unlink(missing_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.evaluate", "--model", str(model), "--dataset", str(dataset_dir),
-               "--out", str(out_file)]
-    run_one(runtime, command, [model.parent, dataset_dir, out_file.parent], log, timeout, f"evaluating {model}")
+               "--out", str(out_file)] + (user.trainer_args() if user else [])
+    binds = [model.parent, dataset_dir, out_file.parent] + ([user.code] if user else [])
+    run_one(runtime, command, binds, log, timeout, f"evaluating {model}")
     return json.loads(out_file.read_text())

@@ -7,13 +7,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from hvdflow.config.benchmark import BenchmarkSpec, Measurement
 from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile
-from hvdflow.errors import ImageError, RunStopped
+from hvdflow.config.user_code import UserModel
+from hvdflow.errors import ImageError, LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
@@ -27,6 +28,7 @@ from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
 from hvdflow.pipeline.stages import (
     CHECKPOINTS,
+    check_user_model,
     elastic_settings,
     evaluate,
     gather_dataset,
@@ -133,11 +135,11 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
 
 
 def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, model: Path, index: Path, out: Path,
-                  log: Path) -> None:
-    """Test-set metrics of a trained model."""
+                  log: Path, user: Optional[UserModel] = None) -> None:
+    """Test-set metrics of a trained model (a user's own: its code imported first, for its custom layers)."""
     with logged(log):
         evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
-                 log.resolve().with_suffix(".run.log"), profile.step_timeout)
+                 log.resolve().with_suffix(".run.log"), profile.step_timeout, user)
 
 
 def benchmark_measure_step(measurement: Measurement, spec: BenchmarkSpec, profile: ClusterProfile, catalog: Path,
@@ -191,10 +193,24 @@ def train_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, c
                Path(output.record), Path(log[0]))
 
 
-def evaluate_rule(input: Any, output: Any, log: Any, config: Mapping[str, Any], profile: ClusterProfile) -> None:
+def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+                     profile: ClusterProfile) -> None:
+    """Rule check_model: a user's own model built once on the prepared dataset's shape, before any training job."""
+    with logged(Path(log[0])):
+        user = TrainSpec.from_config(params.spec).user_model(f"experiments.{params.name}.model")
+        if user is None:
+            raise LaunchError(f"experiment {params.name} trains a built-in model; there is no code to check")
+        built = check_user_model(runtime_for(profile, Path(input.image), Path(config["catalog"])), user,
+                                 Path(input.index).parent.resolve(), Path(output.check).resolve(),
+                                 Path(log[0]).resolve().with_suffix(".run.log"), profile.step_timeout)
+        print(f"hvdflow: {user.build} of {user.code}: {built['parameters']} parameters, output {built['output_shape']}")
+
+
+def evaluate_rule(input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],
+                  profile: ClusterProfile) -> None:
     """Rule evaluate."""
     evaluate_step(profile, Path(config["catalog"]), Path(input.image), Path(input.model), Path(input.index),
-                  Path(output.evaluation), Path(log[0]))
+                  Path(output.evaluation), Path(log[0]), TrainSpec.from_config(params.spec).user_model())
 
 
 def record_page_rule(input: Any, output: Any, log: Any) -> None:

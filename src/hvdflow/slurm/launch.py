@@ -227,8 +227,8 @@ def _rank_tasks(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tra
     """Write the launch every rank task reads (``task.json``); the rank task's program."""
     logs, ranks, nodes = job.logs_dir, job.ranks, job.nodes
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
-    inner = runtime.command(job.argv(staged if job.dataset_dir else None), {}, [logs, job.out_dir, staged.parent],
-                            hostenv=True)
+    inner = runtime.command(job.argv(staged if job.dataset_dir else None), {},
+                            [logs, job.out_dir, staged.parent, *job.read_paths], hostenv=True)
     task = TaskFile(argv=inner, logs=str(logs), result=str(job.out_dir / "rank-{rank}.json"), launcher=launcher,
                     network_interface=cluster.network_interface, rendezvous=str(logs / "rendezvous.json"),
                     max_ranks_per_node=max_tasks_per_node(ranks, nodes), nvidia=runtime.gpu_setup() if gpus else None)
@@ -268,7 +268,7 @@ def launch_slurm_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJ
     each a job step of its own on the job's healthy nodes (:mod:`hvdflow.slurm.elastic`), clean up."""
     with staged_job(runtime, cluster, job, cpus_per_task, timeout, elastic=True) as staged:
         address = rendezvous_address(cluster.network_interface)
-        binds = [job.logs_dir, job.out_dir, staged.staged.parent]
+        binds = [job.logs_dir, job.out_dir, staged.staged.parent, *job.read_paths]
         workers = SlurmWorkers(cluster, staged.job_id, max_tasks_per_node(job.ranks, job.nodes), cpus_per_task,
                                runtime, binds, staged.env, job.logs_dir)
         launch_elastic(runtime, workers, job.argv(staged.staged), job.logs_dir, job.out_dir, binds, elastic.ranks,

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 from hvdflow_index import read_index, verified_shards
 
 from ..metrics import multi_label_metrics, single_label_metrics
 from ..records import parse_fn
+from ..user_code import UserModelRef, load_function
 
 TASKS = ("single-label", "multi-label")
 
 
-def evaluate(model_path: str, dataset_dir: str, batch_size: int) -> Dict[str, object]:
-    """Evaluate the saved model on the dataset's test split (shards verified first), by the dataset's task."""
+def evaluate(model_path: str, dataset_dir: str, batch_size: int, user: Optional[UserModelRef] = None
+             ) -> Dict[str, object]:
+    """Evaluate the saved model on the dataset's test split (shards verified first), by the dataset's task. A
+    user's model: its build function's module is imported first, so that the layers it registers load."""
     import numpy as np
     import tensorflow as tf
 
@@ -21,6 +24,8 @@ def evaluate(model_path: str, dataset_dir: str, batch_size: int) -> Dict[str, ob
     if index["task"] not in TASKS:
         raise ValueError("%s has task %r; evaluate supports %s" % (dataset_dir, index["task"], ", ".join(TASKS)))
     paths = verified_shards(dataset_dir, index, "test")
+    if user is not None:
+        load_function(user.code, user.build)
     model = tf.keras.models.load_model(model_path, compile=False)
     data = tf.data.TFRecordDataset(paths).map(parse_fn(index)).batch(batch_size)
     truth_batches = []

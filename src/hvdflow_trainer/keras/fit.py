@@ -32,11 +32,12 @@ from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
 from ..placement import pick_gpu
 from ..run_control import Position, StopFlag
+from ..user_code import user_model_of
 from .callbacks import AverageStatistics, EpochTimer, InjectedFailureCallback, ResumableWarmup, run_control_callbacks
 from .checkpoints import RunCheckpoints
 from .data import first_labels, rank_dataset
 from .elastic import elastic_fit
-from .models import build_model, sgd
+from .models import build_model, loss_and_metrics, sgd
 from .neighbours import Communication, NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
 
@@ -98,8 +99,9 @@ class Layout:
 def compile_model(args: argparse.Namespace, data: Dataset, scaled_lr: float):  # type: ignore[no-untyped-def]
     """``(model, optimizer, neighbour averaging or None)``: the model compiled with Horovod's optimizer, or with the
     neighbour strategy's."""
-    model = build_model(args.model, data.index["feature_shape"], int(data.index["num_classes"]), data.multi,  # type: ignore[arg-type]
-                        args.hidden_units)
+    user = user_model_of(args)
+    classes = int(data.index["num_classes"])  # type: ignore[call-overload]
+    model = build_model(args.model, data.index["feature_shape"], classes, data.multi, args.hidden_units, user)  # type: ignore[arg-type]
     # Neighbour training steps on each rank's own gradient, then averages models (.neighbours); the same scaled rate
     # makes it the allreduce step on a complete graph.
     optimizer = sgd(scaled_lr, args.momentum)
@@ -109,10 +111,7 @@ def compile_model(args: argparse.Namespace, data: Dataset, scaled_lr: float):  #
         optimizer = neighbours.wrap(optimizer, model)
     else:
         optimizer = hvd.DistributedOptimizer(optimizer)
-    if data.multi:
-        loss, metrics = "binary_crossentropy", [tf.keras.metrics.BinaryAccuracy(name="accuracy")]
-    else:
-        loss, metrics = "sparse_categorical_crossentropy", ["accuracy"]
+    loss, metrics = loss_and_metrics(user, classes, data.multi)
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics)
     return model, optimizer, neighbours
 

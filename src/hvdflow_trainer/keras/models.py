@@ -7,13 +7,23 @@
   pooled; needs ``H`` and ``W`` of at least 32.
 
 Every model ends in ``num_classes`` outputs: softmax for single-label data, sigmoid for multi-label data.
+
+A user's own model (``--model user``) is built by the user's function (:func:`build_user_model`), checked to be a
+Keras model with ``num_classes`` outputs; its loss and metrics are the task's unless the user gives their own
+(:func:`loss_and_metrics`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..user_code import UserCodeError, UserModelRef, call, load_function
 
 MODELS = ("mlp", "small-cnn", "resnet50")
+USER_MODEL = "user"
+"""``--model`` of a user's own model (``hvdflow.config.user_code.USER_MODEL``; a test compares them)."""
+BUILD_ARGUMENTS = ("input_shape", "num_classes", "multi_label")
+"""What hvdflow passes every build function, beside the experiment's ``params``."""
 CNN_FILTERS = (32, 64, 128)
 RESNET_MIN_SIZE = 32
 
@@ -64,20 +74,64 @@ def _resnet50(shape: Tuple[int, ...], num_classes: int, activation: str):  # typ
     return tf.keras.Model(base.input, outputs, name="resnet50")
 
 
-def build_model(name: str, input_shape: Sequence[int], num_classes: int, multi_label: bool, hidden_units: int):  # type: ignore[no-untyped-def]
+def build_model(name: str, input_shape: Sequence[int], num_classes: int, multi_label: bool, hidden_units: int,
+                user: Optional[UserModelRef] = None):  # type: ignore[no-untyped-def]
     """A Keras model: softmax outputs for single-label data, sigmoid outputs for multi-label data.
 
-    ``hidden_units`` sizes the hidden Dense layer of ``mlp`` and ``small-cnn``; ``resnet50`` has none.
+    ``hidden_units`` sizes the hidden Dense layer of ``mlp`` and ``small-cnn``; ``resnet50`` has none. ``user``: the
+    user's own model (``name`` is ``user``).
     """
     shape = tuple(int(n) for n in input_shape)
     activation = "sigmoid" if multi_label else "softmax"
+    if name == USER_MODEL and user is not None:
+        return build_user_model(user, shape, num_classes, multi_label)
     if name == "mlp":
         return _mlp(shape, hidden_units, num_classes, activation)
     if name == "small-cnn":
         return _small_cnn(shape, hidden_units, num_classes, activation)
     if name == "resnet50":
         return _resnet50(shape, num_classes, activation)
-    raise ValueError("unknown model %r; known: %s" % (name, ", ".join(MODELS)))
+    raise ValueError("unknown model %r; known: %s, or %s with --model-code" % (name, ", ".join(MODELS), USER_MODEL))
+
+
+def build_user_model(user: UserModelRef, shape: Tuple[int, ...], num_classes: int, multi_label: bool):  # type: ignore[no-untyped-def]
+    """The user's model, built by their function and checked: a ``tf.keras.Model`` (uncompiled) with one output of
+    ``num_classes`` units; UserCodeError naming what is wrong."""
+    clash = sorted(set(user.params) & set(BUILD_ARGUMENTS))
+    if clash:
+        raise UserCodeError("%s: params %s are given by hvdflow (the dataset's %s); leave them out of params"
+                            % (user.build, ", ".join(clash), ", ".join(BUILD_ARGUMENTS)))
+    import tensorflow as tf
+    build = load_function(user.code, user.build)
+    model = call(build, user.build, user.code, input_shape=shape, num_classes=num_classes, multi_label=multi_label,
+                 **user.params)
+    if not isinstance(model, tf.keras.Model):
+        raise UserCodeError("%s returned %s, not a tf.keras.Model" % (user.build, type(model).__name__))
+    outputs = model.output_shape
+    if not isinstance(outputs, tuple) or outputs[-1] != num_classes:
+        raise UserCodeError("%s returned a model whose output shape is %s; the dataset has %d classes, so its last "
+                            "layer needs %d units (%s)" % (user.build, outputs, num_classes, num_classes,
+                                                           "sigmoid: multi-label" if multi_label else "softmax"))
+    return model
+
+
+def loss_and_metrics(user: Optional[UserModelRef], num_classes: int, multi_label: bool) -> Tuple[Any, List[Any]]:
+    """The loss and metrics to compile with: the task's (binary cross-entropy and binary accuracy for multi-label
+    data, sparse categorical cross-entropy and accuracy otherwise), or the user's loss or metrics function's, called
+    with ``num_classes`` and ``multi_label``."""
+    import tensorflow as tf
+
+    if multi_label:
+        loss, metrics = "binary_crossentropy", [tf.keras.metrics.BinaryAccuracy(name="accuracy")]
+    else:
+        loss, metrics = "sparse_categorical_crossentropy", ["accuracy"]
+    if user is not None and user.loss:
+        loss = call(load_function(user.code, user.loss), user.loss, user.code, num_classes=num_classes,
+                    multi_label=multi_label)
+    if user is not None and user.metrics:
+        metrics = list(call(load_function(user.code, user.metrics), user.metrics, user.code,
+                            num_classes=num_classes, multi_label=multi_label))
+    return loss, metrics
 
 
 def sgd(learning_rate: float, momentum: float):  # type: ignore[no-untyped-def]
@@ -88,3 +142,30 @@ def sgd(learning_rate: float, momentum: float):  # type: ignore[no-untyped-def]
 
     family = getattr(tf.keras.optimizers, "legacy", tf.keras.optimizers)
     return family.SGD(learning_rate, momentum=momentum)
+
+
+def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int, multi_label: bool, seed: int
+                     ) -> Dict[str, Any]:
+    """Build the user's model for the dataset, compile it as training does and take one step on two zero samples
+    under TensorFlow's op determinism; what was built (parameters, output shape). UserCodeError naming what fails,
+    an op without a deterministic kernel included."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
+    model = build_user_model(user, tuple(int(n) for n in shape), num_classes, multi_label)
+    loss, metrics = loss_and_metrics(user, num_classes, multi_label)
+    model.compile(optimizer=sgd(0.01, 0.9), loss=loss, metrics=metrics)
+    x = np.zeros((2, *shape), dtype=np.float32)
+    y = np.zeros((2, num_classes), dtype=np.float32) if multi_label else np.zeros((2,), dtype=np.int64)
+    try:
+        model.train_on_batch(x, y)
+    except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as exc:
+        kind = "has no deterministic kernel" if "eterminis" in exc.message else "failed"
+        raise UserCodeError("%s: a training step of the built model %s: %s (op %s)"
+                            % (user.build, kind, exc.message.splitlines()[0], getattr(exc.op, "name", "?"))) from None
+    except (ValueError, TypeError) as exc:
+        raise UserCodeError("%s: a training step of the built model failed: %s" % (user.build, exc)) from None
+    return {"build": user.build, "parameters": int(model.count_params()), "output_shape": list(model.output_shape),
+            "input_shape": list(shape), "num_classes": num_classes, "multi_label": multi_label}

@@ -1,0 +1,81 @@
+"""A user's own Keras model, as an experiment names it: a folder of the user's Python modules and the function in it
+that builds the model (``model: {code: models/, build: unet:build, params: {...}}``).
+
+The folder is bound into every container of the run and its files are recorded with their sha256 (the run's
+identity holds their tree hash, so a checkpoint of other code is never resumed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from hvdflow.errors import ConfigError
+from hvdflow.files.cache import sha256_file
+
+USER_MODEL = "user"
+"""The trainer's ``--model`` for a user's own model (its ``--model-*`` options name it)."""
+
+SKIPPED = ("__pycache__", ".git", ".ipynb_checkpoints")
+"""Folders of the user's code that are not code (bytecode caches, a nested repository, notebook copies)."""
+
+
+def code_files(folder: Path) -> dict[str, str]:
+    """Every file of ``folder`` (relative POSIX path -> sha256), bytecode caches and hidden folders left out."""
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if any(part in SKIPPED or part.startswith(".") for part in relative.parts) or path.suffix == ".pyc":
+            continue
+        if path.is_file():
+            files[relative.as_posix()] = sha256_file(path)
+    return files
+
+
+def tree_sha256(files: Mapping[str, str]) -> str:
+    """One sha256 for a folder's files (their paths and contents): equal exactly when every file is."""
+    return hashlib.sha256("".join(f"{name}\0{digest}\n" for name, digest in sorted(files.items())).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """An experiment's own Keras model: ``build`` (``module:function``) in the folder ``code``, called with
+    ``params``; ``loss`` and ``metrics`` (``module:function``) replace hvdflow's for the task where given."""
+
+    code: Path
+    build: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    loss: Optional[str] = None
+    metrics: Optional[str] = None
+
+    @classmethod
+    def from_config(cls, where: str, value: Mapping[str, Any], root: Path) -> "UserModel":
+        """The model of a validated ``experiments.<name>.model`` mapping, its folder resolved against ``root`` (the
+        workflow's); ConfigError naming ``where`` if the folder is not there."""
+        code = (root / str(value["code"])).resolve()
+        if not code.is_dir():
+            raise ConfigError(f"{where}.code: {value['code']} is not a folder (looked for {code})")
+        module = str(value["build"]).split(":", 1)[0]
+        if not _module_file(code, module):
+            raise ConfigError(f"{where}.build: {value['build']}: no module {module} in {code} (looked for "
+                              f"{module.replace('.', '/')}.py and {module.replace('.', '/')}/__init__.py)")
+        return cls(code, str(value["build"]), dict(value.get("params") or {}), value.get("loss"), value.get("metrics"))
+
+    def trainer_args(self) -> list[str]:
+        """The trainer's options that name this model (:mod:`hvdflow_trainer.user_code`)."""
+        return (["--model-code", str(self.code), "--model-build", self.build,
+                 "--model-params", json.dumps(dict(self.params), sort_keys=True)]
+                + (["--model-loss", self.loss] if self.loss else [])
+                + (["--model-metrics", self.metrics] if self.metrics else []))
+
+    def files(self) -> dict[str, str]:
+        """The folder's files with their sha256 (:func:`code_files`)."""
+        return code_files(self.code)
+
+
+def _module_file(code: Path, module: str) -> bool:
+    base = code.joinpath(*module.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()

@@ -1,0 +1,22 @@
+"""Fixtures of the pipeline's end-to-end tests that several test modules share (a plugin of conftest.py, so that a
+session-scoped one runs once for all of them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import HpcUser, Registry
+from pipeline_run import Pipeline
+
+
+@pytest.fixture(scope="session")
+def demo(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Iterator[Pipeline]:
+    """The demo pipeline, run once for the session: its image record and prepared digits serve the trees that
+    start from it (``Pipeline(..., prepared=demo)``)."""
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake()
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    yield pipeline

@@ -1,0 +1,122 @@
+"""A user's own model code, the parts that need no image: loading and calling the user's functions with errors in
+the user's terms (file and line, module, function, arguments), the config's model form checked at parse time, and
+the record of the code's files."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from hvdflow.config import user_code as host
+from hvdflow.config.experiment import TrainSpec
+from hvdflow.config.user_code import UserModel, code_files, tree_sha256
+from hvdflow.errors import ConfigError
+from hvdflow_trainer import user_code
+from hvdflow_trainer.keras import models
+from hvdflow_trainer.user_code import UserCodeError, call, load_function
+from hvdflow_wire.user_code import USER_CODE_ERROR, user_code_error
+
+MODULES = {
+    "good.py": "def build(input_shape, num_classes, multi_label, depth=2):\n    return (input_shape, depth)\n",
+    "syntax.py": "def build(input_shape, num_classes, multi_label):\n    return [\n\ndef other(:\n",
+    "needs.py": "import surely_not_installed_anywhere\n\ndef build(**kw):\n    return 1\n",
+    "raises.py": "def build(input_shape, num_classes, multi_label):\n    x = 1\n    return x / 0\n",
+    "narrow.py": "def build(shape):\n    return shape\n",
+    "pkg/__init__.py": "",
+    "pkg/deep.py": "def build(input_shape, num_classes, multi_label):\n    return 'deep'\n",
+}
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Iterator[Path]:
+    """A user's folder of modules (each test's own: a module imported once stays in sys.modules)."""
+    folder = tmp_path / f"code{os.getpid()}"
+    for name, text in MODULES.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    before = set(sys.modules)
+    yield folder
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+    sys.path[:] = [p for p in sys.path if p != str(folder)]
+
+
+ARGS = {"input_shape": (8, 8, 1), "num_classes": 10, "multi_label": False}
+
+
+def test_a_function_is_loaded_and_called_with_the_datasets_arguments_and_params(code: Path) -> None:
+    assert call(load_function(str(code), "good:build"), "good:build", str(code), **ARGS, depth=4) == ((8, 8, 1), 4)
+    assert call(load_function(str(code), "pkg.deep:build"), "pkg.deep:build", str(code), **ARGS) == "deep"
+
+
+def test_each_mistake_in_the_users_code_is_named_in_their_terms(code: Path) -> None:
+    with pytest.raises(UserCodeError, match=rf"{code}/syntax.py, line 4: .* \(in {code}, the module of syntax:build\)"):
+        load_function(str(code), "syntax:build")
+    with pytest.raises(UserCodeError, match=rf"^absent:build: no module absent in {code}$"):
+        load_function(str(code), "absent:build")
+    with pytest.raises(UserCodeError, match=r"^needs:build: module needs imports surely_not_installed_anywhere, "
+                                            r"which the image does not have$"):
+        load_function(str(code), "needs:build")
+    with pytest.raises(UserCodeError, match=rf"^good:nothere: {code}/good.py has no function nothere$"):
+        load_function(str(code), "good:nothere")
+    with pytest.raises(UserCodeError, match=r"^narrow:build\(shape\) cannot be called with input_shape, multi_label, "
+                                            r"num_classes: "):
+        call(load_function(str(code), "narrow:build"), "narrow:build", str(code), **ARGS)
+    with pytest.raises(UserCodeError, match=r"good:build\(input_shape, num_classes, multi_label, depth=2\) cannot be "
+                                            r"called with depth, input_shape, multi_label, num_classes, width: .*'width'"):
+        call(load_function(str(code), "good:build"), "good:build", str(code), **ARGS, depth=3, width=5)
+    with pytest.raises(UserCodeError, match=rf"^raises:build raised ZeroDivisionError: division by zero \(at "
+                                            rf"{code}/raises.py, line 3\)$"):
+        call(load_function(str(code), "raises:build"), "raises:build", str(code), **ARGS)
+
+
+def test_params_that_hvdflow_gives_are_refused_by_name(code: Path) -> None:
+    ref = user_code.UserModelRef(str(code), "good:build", {"num_classes": 3})
+    with pytest.raises(UserCodeError, match=r"good:build: params num_classes are given by hvdflow"):
+        models.build_user_model(ref, (8, 8, 1), 10, False)
+
+
+def test_the_error_line_goes_from_the_trainer_to_the_host() -> None:
+    log = "epoch 1\n" + USER_CODE_ERROR + "narrow:build(shape) cannot be called\nTraceback? no\n"
+    assert user_code_error(log) == "narrow:build(shape) cannot be called"
+    assert user_code_error("all fine\n") is None
+
+
+def test_both_sides_name_a_users_model_alike() -> None:
+    assert host.USER_MODEL == models.USER_MODEL
+
+
+def test_the_config_names_the_folder_and_module_before_any_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "unet.py").write_text("def build(**kw): pass\n")
+    entry = {"code": "models", "build": "unet:build", "params": {"depth": 4}}
+    user = UserModel.from_config("experiments.x.model", entry, tmp_path)
+    assert user.code == tmp_path / "models" and user.params == {"depth": 4}
+    assert user.trainer_args() == ["--model-code", str(tmp_path / "models"), "--model-build", "unet:build",
+                                   "--model-params", '{"depth": 4}']
+    with pytest.raises(ConfigError, match=r"^experiments.x.model.code: nowhere is not a folder \(looked for "):
+        UserModel.from_config("experiments.x.model", {**entry, "code": "nowhere"}, tmp_path)
+    with pytest.raises(ConfigError, match=r"^experiments.x.model.build: other:build: no module other in "):
+        UserModel.from_config("experiments.x.model", {**entry, "build": "other:build"}, tmp_path)
+    spec = TrainSpec(ranks=2, model=entry, hidden_units=64, epochs=1, batch_size=8, learning_rate=0.01, momentum=0.9,
+                     warmup_epochs=0, seed=1)
+    args = spec.trainer_args()
+    assert args[:8] == ["--model", "user", "--model-code", str(tmp_path / "models"), "--model-build", "unet:build",
+                        "--model-params", '{"depth": 4}']
+
+
+def test_the_code_is_recorded_file_by_file_and_its_tree_hash_follows_every_byte(tmp_path: Path) -> None:
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "net.py").write_text("def build(**kw): pass\n")
+    files = code_files(tmp_path)
+    assert sorted(files) == ["net.py", "pkg/__init__.py"]
+    before = tree_sha256(files)
+    (tmp_path / "net.py").write_text("def build(**kw): pass \n")
+    assert tree_sha256(code_files(tmp_path)) != before

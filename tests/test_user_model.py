@@ -1,0 +1,93 @@
+"""A user's own Keras model, end to end as the ordinary user in udocker: the example model folder trains with 2 ranks,
+is recorded file by file, evaluates, and a run killed mid-training resumes to the same weights; bad model code is
+named before any training job starts."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import HpcUser, Registry
+from pipeline_run import Pipeline, configured_pipeline
+
+pytestmark = [pytest.mark.image, pytest.mark.e2e]
+
+EXAMPLE = {"code": "examples/keras-model", "build": "cnn:build", "params": {"filters": 8}}
+MINE = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "model": EXAMPLE, "epochs": 4, "batch_size": 32,
+        "learning_rate": 0.05}
+
+
+def test_the_example_model_trains_records_its_code_and_a_killed_run_resumes_to_the_same_weights(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    whole = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"mine": MINE})
+    proc = whole.snakemake()
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    # checked in the image before the training job: built for the digits' shape and 10 classes
+    check = whole.json("results/mine/model-check.json")
+    assert (check["input_shape"], check["num_classes"], check["output_shape"]) == ([8, 8, 1], 10, [None, 10])
+    assert output.index("rule check_model:") < output.index("rule train:")
+    record = whole.json("results/mine/run.json")
+    code = record["user_code"]
+    example = whole.root / "examples/keras-model/cnn.py"
+    assert code["folder"] == "examples/keras-model" and code["build"] == "cnn:build"
+    assert code["files"] == {"cnn.py": hashlib.sha256(example.read_bytes()).hexdigest()}
+    assert record["config"]["experiment"]["model"] == EXAMPLE
+    assert len({r["weights_sha256"] for r in record["ranks"]}) == 1
+    assert whole.json("results/mine/evaluation.json")["accuracy"] > 0.5
+    # the same run killed mid-training on rank 1, retried: it resumes from the checkpoint to the very same weights
+    killed = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"mine": MINE})
+    proc = killed.snakemake("--retries", "1", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2.5:kill:once"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    again = killed.json("results/mine/run.json")
+    assert [a["outcome"] for a in again["attempts"]] == ["failed", "completed"]
+    assert again["attempts"][1]["from"] != "the start"
+    assert again["weights_sha256"] == record["weights_sha256"]
+    assert killed.processes() == [] and whole.processes() == []
+
+
+BAD = {
+    "syntax.py": "def build(input_shape, num_classes, multi_label):\n    return (\n",
+    "narrow.py": "def build(shape):\n    return None\n",
+    "notmodel.py": "def build(input_shape, num_classes, multi_label):\n    return {'layers': 3}\n",
+    "wrongout.py": ("import tensorflow as tf\n\ndef build(input_shape, num_classes, multi_label):\n"
+                    "    inputs = tf.keras.Input(shape=input_shape)\n"
+                    "    return tf.keras.Model(inputs, tf.keras.layers.Dense(3)(tf.keras.layers.Flatten()(inputs)))\n"),
+    "needs.py": "import surely_not_in_the_image\n\ndef build(**kw):\n    return None\n",
+    "nofn.py": "def make(**kw):\n    return None\n",
+}
+CASES = {  # experiment: (module:function, params, what the check says)
+    "syntax": ("syntax:build", {}, "bad/syntax.py, line 2: "),
+    "narrow": ("narrow:build", {}, "narrow:build(shape) cannot be called with input_shape, multi_label, num_classes"),
+    "params": ("wrongout:build", {"depth": 3}, "got an unexpected keyword argument 'depth'"),
+    "notmodel": ("notmodel:build", {}, "notmodel:build returned dict, not a tf.keras.Model"),
+    "wrongout": ("wrongout:build", {}, "output shape is (None, 3); the dataset has 10 classes, so its last layer "
+                                      "needs 10 units"),
+    "needs": ("needs:build", {}, "module needs imports surely_not_in_the_image, which the image does not have"),
+    "nofn": ("nofn:build", {}, "bad/nofn.py has no function build"),
+}
+
+
+def test_bad_model_code_is_named_before_any_training_job(demo: Pipeline, hpc_user: HpcUser, registry: Registry,
+                                                         udocker_dir: Path) -> None:
+    experiments = {name: {**MINE, "model": {"code": "bad", "build": build, "params": params}}
+                   for name, (build, params, _) in CASES.items()}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments=experiments)
+    bad = pipeline.root / "bad"
+    bad.mkdir()
+    for name, text in BAD.items():
+        (bad / name).write_text(text)
+    for path in (bad, *bad.iterdir()):
+        os.chown(path, hpc_user.uid, hpc_user.gid)
+    proc = pipeline.snakemake("--keep-going")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    for name, (_, _, said) in CASES.items():
+        log = (pipeline.root / f"logs/check_model/{name}.log").read_text()
+        assert "your model code, checked before training: " in log and said in log, (name, log[-3000:])
+        assert not (pipeline.root / f"results/{name}/checkpoints").exists(), name
+    assert "rule train:" not in output, output[-6000:]
+    assert pipeline.processes() == []
