@@ -118,8 +118,9 @@ def test_a_link_at_the_users_scratch_folder_is_refused_and_nothing_it_points_to_
     assert sorted(p.name for p in node.scratch.iterdir()) == [node.user_dir.name, "hvdflow-job-999"]
 
 
-def test_a_folder_another_user_made_at_the_users_name_is_refused_and_left_as_it_was(node: Node) -> None:
-    made = node.run(node.other, "bash", "-c", f"mkdir -m 0777 {node.user_dir} && echo bait > {node.user_dir}/file")
+@pytest.mark.parametrize("mode", ["0777", "0700"])  # open to all, or closed even to the user it pretends to be
+def test_a_folder_another_user_made_at_the_users_name_is_refused_and_left_as_it_was(node: Node, mode: str) -> None:
+    made = node.run(node.other, "bash", "-c", f"mkdir -m {mode} {node.user_dir} && echo bait > {node.user_dir}/file")
     assert made.returncode == 0, made.stderr
     before = listing(node.user_dir)
     proc = node.stage("999", "999")

@@ -14,7 +14,8 @@ import pytest
 from hvdflow.config import user_code as host
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.user_code import UserModel, code_files, tree_sha256
-from hvdflow.errors import ConfigError
+from hvdflow.errors import ConfigError, RerunRefused
+from hvdflow.rerun.user_code import restore_user_code
 from hvdflow_trainer import user_code
 from hvdflow_trainer.keras import models
 from hvdflow_trainer.user_code import UserCodeError, call, load_function
@@ -120,3 +121,23 @@ def test_the_code_is_recorded_file_by_file_and_its_tree_hash_follows_every_byte(
     before = tree_sha256(files)
     (tmp_path / "net.py").write_text("def build(**kw): pass \n")
     assert tree_sha256(code_files(tmp_path)) != before
+
+
+def test_a_rerun_puts_the_recorded_code_back_or_refuses_the_file_that_changed(tmp_path: Path) -> None:
+    workdir, into = tmp_path / "run", tmp_path / "rerun"
+    (workdir / "mymodels").mkdir(parents=True)
+    (workdir / "mymodels" / "net.py").write_text("def build(**kw): pass\n")
+    files = code_files(workdir / "mymodels")
+    record = {"user_code": {"folder": "mymodels", "files": files}}
+    assert restore_user_code({"user_code": None}, workdir, into) is None
+    # git does not hold it: copied from the run's working directory, every file checked
+    assert restore_user_code(record, workdir, into) == f"mymodels copied from {workdir}, sha256 checked"
+    assert code_files(into / "mymodels") == files
+    # the worktree already holds the recorded bytes (the commit had them): nothing copied
+    assert restore_user_code(record, workdir, into) == "mymodels from the recorded commit, sha256 checked"
+    (workdir / "mymodels" / "net.py").write_text("def build(**kw): return 1\n")
+    (into / "mymodels" / "net.py").unlink()
+    with pytest.raises(RerunRefused, match=rf"^{workdir}/mymodels/net.py: sha256 [0-9a-f]{{64}}, but the record says "
+                                           rf"{files['net.py']}: the model code changed since the run"):
+        restore_user_code(record, workdir, into)
+    assert not (into / "mymodels" / "net.py").exists()

@@ -1,28 +1,38 @@
 """A user's own Keras model, end to end as the ordinary user in udocker: the example model folder trains with 2 ranks,
-is recorded file by file, evaluates, and a run killed mid-training resumes to the same weights; bad model code is
-named before any training job starts."""
+is recorded file by file, evaluates, a run killed mid-training resumes to the same weights, ``hvdflow rerun`` is
+identical and refuses the file that changed; bad model code is named before any training job starts."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import HpcUser, Registry
+from conftest import HpcUser, Registry, _chown_tree
 from pipeline_run import Pipeline, configured_pipeline
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
-EXAMPLE = {"code": "examples/keras-model", "build": "cnn:build", "params": {"filters": 8}}
+EXAMPLE = {"code": "mymodels", "build": "cnn:build", "params": {"filters": 8}}
+"""The example model (examples/keras-model), copied to a folder git does not hold, as a user's own code is."""
 MINE = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "model": EXAMPLE, "epochs": 4, "batch_size": 32,
         "learning_rate": 0.05}
 
 
-def test_the_example_model_trains_records_its_code_and_a_killed_run_resumes_to_the_same_weights(
-        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
-    whole = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"mine": MINE})
+def with_user_code(pipeline: Pipeline, user: HpcUser) -> Pipeline:
+    """``pipeline`` with the example model copied to ``mymodels/`` (untracked), owned by the user."""
+    shutil.copytree(pipeline.root / "examples/keras-model", pipeline.root / "mymodels")
+    _chown_tree(pipeline.root / "mymodels", user.uid, user.gid)
+    return pipeline
+
+
+def test_the_example_model_trains_records_its_code_resumes_a_killed_run_and_reruns_identically(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, user_tmp: Path) -> None:
+    whole = with_user_code(configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"mine": MINE}),
+                           hpc_user)
     proc = whole.snakemake()
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
@@ -32,14 +42,15 @@ def test_the_example_model_trains_records_its_code_and_a_killed_run_resumes_to_t
     assert output.index("rule check_model:") < output.index("rule train:")
     record = whole.json("results/mine/run.json")
     code = record["user_code"]
-    example = whole.root / "examples/keras-model/cnn.py"
-    assert code["folder"] == "examples/keras-model" and code["build"] == "cnn:build"
+    example = whole.root / "mymodels/cnn.py"
+    assert code["folder"] == "mymodels" and code["build"] == "cnn:build"
     assert code["files"] == {"cnn.py": hashlib.sha256(example.read_bytes()).hexdigest()}
     assert record["config"]["experiment"]["model"] == EXAMPLE
     assert len({r["weights_sha256"] for r in record["ranks"]}) == 1
     assert whole.json("results/mine/evaluation.json")["accuracy"] > 0.5
     # the same run killed mid-training on rank 1, retried: it resumes from the checkpoint to the very same weights
-    killed = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"mine": MINE})
+    killed = with_user_code(configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"mine": MINE}),
+                            hpc_user)
     proc = killed.snakemake("--retries", "1", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2.5:kill:once"})
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     again = killed.json("results/mine/run.json")
@@ -47,6 +58,19 @@ def test_the_example_model_trains_records_its_code_and_a_killed_run_resumes_to_t
     assert again["attempts"][1]["from"] != "the start"
     assert again["weights_sha256"] == record["weights_sha256"]
     assert killed.processes() == [] and whole.processes() == []
+    # hvdflow rerun: the code git does not hold is copied from the run's tree, checked file by file: identical
+    into = user_tmp / "rerun"
+    proc = hpc_user.hvdflow("rerun", str(whole.root / "results/mine/run.json"), "--into", str(into))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"model code: mymodels copied from {whole.root}, sha256 checked" in proc.stdout
+    assert "verdict: identical" in proc.stdout
+    # the user's file changed since the run, outside git: refused by name before any training
+    example.write_text(example.read_text() + "\n# tuned\n")
+    proc = hpc_user.hvdflow("rerun", str(whole.root / "results/mine/run.json"), "--into", str(user_tmp / "rerun2"))
+    assert proc.returncode != 0
+    assert (f"{example}: sha256 {hashlib.sha256(example.read_bytes()).hexdigest()}, but the record says "
+            f"{code['files']['cnn.py']}: the model code changed since the run") in proc.stderr, proc.stderr[-3000:]
+    assert not (user_tmp / "rerun2" / "results").exists()
 
 
 BAD = {

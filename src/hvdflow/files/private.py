@@ -38,8 +38,12 @@ def _open_dir(path: Path, what: str) -> int:
             st = os.lstat(path)
         except OSError:
             raise UnsafePlace(f"{path}: {exc.strerror}: refusing to {what} there") from None
-        kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
-        raise UnsafePlace(f"{path} is {kind} (owned by uid {st.st_uid}): refusing to {what} there") from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise UnsafePlace(f"{path} is {kind} (owned by uid {st.st_uid}): refusing to {what} there") from None
+        if st.st_uid != os.getuid():  # another user's folder we may not even open
+            raise UnsafePlace(f"{path} belongs to uid {st.st_uid}: refusing to {what} there") from None
+        raise UnsafePlace(f"{path}: {exc.strerror}: refusing to {what} there") from None
 
 
 def in_shared_place(path: Path) -> bool:

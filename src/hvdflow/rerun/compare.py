@@ -95,8 +95,8 @@ def _cpu_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Row]:
                  [m.get("gpus") for m in new["machines"].values()])]
 
 
-_CONTEXT = ("image.digest", "image.reference", "code.commit", "code.dirty", "code.diff_sha256", "seeds.training",
-            "seeds.split", "runtime", "launcher", "cpu_bind", "proot.sha256", "slurm.allocation")
+_CONTEXT = ("image.digest", "image.reference", "code.commit", "code.dirty", "code.diff_sha256", "user_code.tree_sha256",
+            "seeds.training", "seeds.split", "runtime", "launcher", "cpu_bind", "proot.sha256", "slurm.allocation")
 
 
 def _context_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Row]:

@@ -27,6 +27,7 @@ from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.rerun import inputs
 from hvdflow.rerun.compare import DEFAULT_TOLERANCE, Comparison, compare, table
 from hvdflow.rerun.recreate import Settings, read_record, recreate, workdir_of
+from hvdflow.rerun.user_code import restore_user_code
 from hvdflow.rerun.worktree import check_out, repository_of
 
 LOG_TAIL = 3000
@@ -114,6 +115,9 @@ def rerun(request: RerunRequest) -> Comparison:
           + (" with the recorded uncommitted changes" if checkout.diff_applied else ""), flush=True)
     if checkout.note:
         print(f"hvdflow rerun: note: {checkout.note}", flush=True)
+    restored = restore_user_code(record, workdir, into)
+    if restored:
+        print(f"hvdflow rerun: model code: {restored}", flush=True)
     settings = recreate(record, into, NO_REGISTRY if request.image_archive else request.registry)
     image = record["image"]["name"]
     if request.image_archive is not None:
@@ -132,7 +136,7 @@ def rerun(request: RerunRequest) -> Comparison:
     comparison = compare(record, new, request.tolerance)
     report = {**comparison.to_json(), "recorded": str(request.record.resolve()), "rerun": str(new_record),
               "worktree": str(into), "commit": checkout.commit, "diff_applied": checkout.diff_applied,
-              "note": checkout.note, "dataset": how}
+              "note": checkout.note, "dataset": how, "user_code": restored}
     write_text_atomic(into / "rerun.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     sys.stdout.write(table(comparison))
     print(f"hvdflow rerun: comparison written to {into / 'rerun.json'}", flush=True)

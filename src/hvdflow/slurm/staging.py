@@ -137,7 +137,12 @@ def wait_for_stage(dest: Path, timeout: Optional[float] = None) -> None:
     No limit by default: if the staging task fails, srun's ``--kill-on-bad-exit`` ends the waiting ones.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not (dest / "index.json").exists():
+    while True:
+        try:
+            if (dest / "index.json").exists():
+                return
+        except OSError as exc:  # the node's first task refused the path (another user's): it says why
+            raise LaunchError(f"cannot wait for {dest} on {os.uname().nodename}: {exc.strerror}") from None
         if deadline is not None and time.monotonic() > deadline:
             raise LaunchError(f"{dest} was not staged on {os.uname().nodename} within {timeout:.0f} s")
         time.sleep(0.2)

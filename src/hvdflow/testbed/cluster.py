@@ -223,6 +223,15 @@ def _remove_freezer_dirs(layout: tc.Layout) -> None:
     record.unlink()
 
 
+def _empty(folder: Path) -> None:
+    """Remove everything in ``folder`` (links removed, never followed)."""
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 def _start_nodes(layout: tc.Layout) -> None:
     """One slurmd per node, in the node's network namespace and a new UTS and mount namespace.
 
@@ -234,6 +243,7 @@ def _start_nodes(layout: tc.Layout) -> None:
     for node in layout.node_names:
         if alive(layout.run / f"slurmd-{node}.pid"):
             continue
+        _empty(layout.node_scratch(node))  # a node that boots has an empty /tmp: nothing of an earlier session's users
         mounts = [(f"{layout.etc}/hosts", "/etc/hosts"), (str(layout.etc), str(ETC_SLURM)),
                   (str(layout.node_scratch(node)), str(layout.scratch_mount))]
         if layout.proctrack == "cgroup":
