@@ -108,7 +108,9 @@ def get_train_inputs(wildcards):
         "image": get_image_record(entry["image"]),
         "index": f"resources/datasets/{entry['dataset']}/index.json",
     }
-    if isinstance(entry["model"], dict):  # a user's own model: checked before the job (rule check_model)
+    if isinstance(
+        entry["model"], dict
+    ):  # a user's own model: checked before the job (rule check_model)
         inputs["model_check"] = f"results/{wildcards.experiment}/model-check.json"
     return inputs
 

@@ -9,9 +9,9 @@ rule evaluate:
             caption="../report/evaluation.rst",
             category="{experiment}",
         ),
-    params:
-        spec=experiment,
     log:
         "logs/evaluate/{experiment}.log",
+    params:
+        spec=experiment,
     run:
         steps.evaluate_rule(input, output, log, params, config, PROFILE)

@@ -6,12 +6,12 @@ rule check_model:
         index=lambda wildcards: f"resources/datasets/{experiment(wildcards)['dataset']}/index.json",
     output:
         check="results/{experiment}/model-check.json",
-    params:
-        spec=experiment,
-        name=lambda wildcards: wildcards.experiment,
     log:
         "logs/check_model/{experiment}.log",
     localrule: True
+    params:
+        spec=experiment,
+        name=lambda wildcards: wildcards.experiment,
     run:
         steps.check_model_rule(input, output, log, params, config, PROFILE)
 
