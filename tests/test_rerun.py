@@ -179,6 +179,16 @@ def test_other_weights_with_metrics_within_tolerance_and_other_cpu_flags_are_tol
     assert compare(_record(), other, tolerance=0.001).exit_status == EXIT_DIFFERS
 
 
+def test_a_run_recorded_as_not_deterministic_agrees_when_its_metrics_do() -> None:
+    recorded = {**_record(), "config": {"experiment": {"deterministic": False}}}
+    other = _record(weights="ef" * 32, losses=(1.0, 0.505))
+    comparison = compare(recorded, other, tolerance=0.01)
+    assert comparison.exit_status == EXIT_IDENTICAL and comparison.differing("result") == ["weights_sha256", "final loss",
+                                                                                            "loss epoch 2"]
+    assert "the weights may differ, as the run had deterministic: false" in comparison.verdict
+    assert compare(recorded, other, tolerance=0.001).exit_status == EXIT_DIFFERS
+
+
 def test_a_record_it_cannot_rerun_is_named(tmp_path: Path) -> None:
     old = tmp_path / "run.json"
     old.write_text(json.dumps({"experiment": "demo", "profile": "ClusterProfile(...)"}))

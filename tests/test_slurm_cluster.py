@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import re
 import shutil
@@ -74,7 +75,7 @@ def local_runs(hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepare
     runs: dict[tuple[object, ...], Pipeline] = {}
 
     def run(launcher: str, epochs: int = CLUSTER_EXPERIMENT["epochs"], **changes: object) -> Pipeline:
-        key = (launcher, epochs, *sorted(changes.items()))
+        key = (launcher, epochs, json.dumps(changes, sort_keys=True))
         if key not in runs:
             pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, nodes=1, epochs=epochs,
                                            **changes)
@@ -178,6 +179,26 @@ def test_neighbour_training_on_two_nodes_converges_and_matches_the_local_run(
     assert pipeline.json("results/cluster/evaluation.json")["accuracy"] >= 0.9
     # the ring's exchanges do not depend on where the ranks run
     local = local_runs("gloo", strategy="neighbour").json("results/cluster/run.json")
+    assert record["weights_sha256"] == local["weights_sha256"]
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes() == []
+
+
+def test_a_users_own_model_is_checked_on_the_login_node_and_trains_on_two_nodes_to_one_machines_weights(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+        local_runs: Callable[..., Pipeline]) -> None:
+    # the example model folder, bound into the ranks' containers on both nodes
+    model = {"code": "examples/keras-model", "build": "cnn:build", "params": {"filters": 8}}
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, model=model)
+    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-8000:]
+    assert "localrule check_model:" in output, output[-8000:]  # on the login node, before the job queues
+    record = pipeline.json("results/cluster/run.json")
+    assert [(r["rank"], r["hostname"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+    example = pipeline.root / "examples/keras-model/cnn.py"
+    assert record["user_code"]["files"] == {"cnn.py": hashlib.sha256(example.read_bytes()).hexdigest()}
+    local = local_runs("gloo", model=model).json("results/cluster/run.json")
     assert record["weights_sha256"] == local["weights_sha256"]
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes() == []

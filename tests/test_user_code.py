@@ -109,6 +109,8 @@ def test_the_config_names_the_folder_and_module_before_any_job(tmp_path: Path, m
     args = spec.trainer_args()
     assert args[:8] == ["--model", "user", "--model-code", str(tmp_path / "models"), "--model-build", "unet:build",
                         "--model-params", '{"depth": 4}']
+    assert "--no-op-determinism" not in args
+    assert TrainSpec(**{**spec.__dict__, "deterministic": False}).trainer_args()[-1] == "--no-op-determinism"
 
 
 def test_the_code_is_recorded_file_by_file_and_its_tree_hash_follows_every_byte(tmp_path: Path) -> None:

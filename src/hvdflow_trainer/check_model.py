@@ -24,6 +24,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--dataset", required=True, help="prepared dataset directory (its index.json)")
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--no-op-determinism", action="store_true", help="the experiment's deterministic: false")
     user_code.add_options(parser)
     args = parser.parse_args(argv)
     user = user_code.user_model_of(args)
@@ -34,7 +35,7 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     try:
         built = check_user_model(user, index["feature_shape"], int(index["num_classes"]),  # type: ignore[arg-type,call-overload]
-                                 index["task"] == "multi-label", args.seed)
+                                 index["task"] == "multi-label", args.seed, not args.no_op_determinism)
     except user_code.UserCodeError as exc:
         user_code.exit_naming(exc)
     write_json(args.out, built)

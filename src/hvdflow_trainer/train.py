@@ -43,6 +43,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--topology", choices=TOPOLOGIES, default="ring", help="the neighbours (neighbour strategy)")
     parser.add_argument("--shard-order", choices=("shuffled", "by_label"), default="shuffled",
                         help="deal the training split out as planned (IID), or sorted by label (non-IID)")
+    parser.add_argument("--no-op-determinism", action="store_true",
+                        help="leave TensorFlow's op determinism off (an experiment's deterministic: false)")
     parser.add_argument("--threads", type=int, default=1,
                         help="TensorFlow's intra-op and tf.data's threads per rank: the cores it owns (the launcher says)")
     parser.add_argument("--checkpoint-dir", required=True, help="the run's checkpoint folder (kept across attempts)")

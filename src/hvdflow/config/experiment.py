@@ -51,6 +51,8 @@ class TrainSpec:
     shard_order: str = "shuffled"
     elastic: Optional[Mapping[str, int]] = None
     """``{min_ranks, max_ranks}``: Horovod's elastic mode (ranks may leave and join at run time); None: a fixed count."""
+    deterministic: bool = True
+    """TensorFlow's op determinism; False for a model with an op that has no deterministic kernel."""
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -139,4 +141,5 @@ class TrainSpec:
                 "--keep-checkpoints", str(self.keep_checkpoints), "--strategy", self.strategy,
                 "--topology", self.graph, "--shard-order", self.shard_order] + (
                     ["--deterministic-allreduce"] if self.deterministic_allreduce else []) + (
-                    ["--elastic-ranks", str(self.ranks)] if self.elastic else [])
+                    ["--elastic-ranks", str(self.ranks)] if self.elastic else []) + (
+                    [] if self.deterministic else ["--no-op-determinism"])

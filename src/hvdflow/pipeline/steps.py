@@ -197,12 +197,14 @@ def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Map
                      profile: ClusterProfile) -> None:
     """Rule check_model: a user's own model built once on the prepared dataset's shape, before any training job."""
     with logged(Path(log[0])):
-        user = TrainSpec.from_config(params.spec).user_model(f"experiments.{params.name}.model")
+        spec = TrainSpec.from_config(params.spec)
+        user = spec.user_model(f"experiments.{params.name}.model")
         if user is None:
             raise LaunchError(f"experiment {params.name} trains a built-in model; there is no code to check")
         built = check_user_model(runtime_for(profile, Path(input.image), Path(config["catalog"])), user,
                                  Path(input.index).parent.resolve(), Path(output.check).resolve(),
-                                 Path(log[0]).resolve().with_suffix(".run.log"), profile.step_timeout)
+                                 Path(log[0]).resolve().with_suffix(".run.log"), profile.step_timeout,
+                                 spec.deterministic)
         print(f"hvdflow: {user.build} of {user.code}: {built['parameters']} parameters, output {built['output_shape']}")
 
 

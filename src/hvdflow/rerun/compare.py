@@ -123,8 +123,13 @@ def compare(old: Mapping[str, Any], new: Mapping[str, Any], tolerance: float = D
     if all(r.same for r in rows if r.kind == "result"):
         verdict, status = "identical: bit-identical weights and metrics", EXIT_IDENTICAL
     elif finals and all(_within(r.recorded, r.rerun, tolerance) for r in finals):
-        verdict = f"differs within tolerance: other weights, every final metric within {tolerance}"
-        status = EXIT_WITHIN_TOLERANCE
+        if _get(old, "config.experiment.deterministic") is False:  # other weights are expected: the metrics decide
+            verdict = (f"agrees within tolerance: every final metric within {tolerance}; the weights may differ, as "
+                       f"the run had deterministic: false")
+            status = EXIT_IDENTICAL
+        else:
+            verdict = f"differs within tolerance: other weights, every final metric within {tolerance}"
+            status = EXIT_WITHIN_TOLERANCE
     else:
         verdict, status = "differs", EXIT_DIFFERS
     return Comparison(rows=rows, verdict=verdict, exit_status=status, tolerance=tolerance)

@@ -56,7 +56,8 @@ def set_up_rank(args: argparse.Namespace) -> None:
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)
     tf.keras.utils.set_random_seed(args.seed)
-    tf.config.experimental.enable_op_determinism()
+    if not args.no_op_determinism:
+        tf.config.experimental.enable_op_determinism()
     # each op spreads over the rank's cores; ops run one after another (more inter-op threads would oversubscribe)
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -144,16 +144,17 @@ def sgd(learning_rate: float, momentum: float):  # type: ignore[no-untyped-def]
     return family.SGD(learning_rate, momentum=momentum)
 
 
-def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int, multi_label: bool, seed: int
-                     ) -> Dict[str, Any]:
+def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int, multi_label: bool, seed: int,
+                     deterministic: bool = True) -> Dict[str, Any]:
     """Build the user's model for the dataset, compile it as training does and take one step on two zero samples
-    under TensorFlow's op determinism; what was built (parameters, output shape). UserCodeError naming what fails,
-    an op without a deterministic kernel included."""
+    (under TensorFlow's op determinism, unless the experiment says ``deterministic: false``); what was built
+    (parameters, output shape). UserCodeError naming what fails, an op without a deterministic kernel included."""
     import numpy as np
     import tensorflow as tf
 
     tf.keras.utils.set_random_seed(seed)
-    tf.config.experimental.enable_op_determinism()
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
     model = build_user_model(user, tuple(int(n) for n in shape), num_classes, multi_label)
     loss, metrics = loss_and_metrics(user, num_classes, multi_label)
     model.compile(optimizer=sgd(0.01, 0.9), loss=loss, metrics=metrics)
@@ -162,9 +163,13 @@ def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int,
     try:
         model.train_on_batch(x, y)
     except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as exc:
-        kind = "has no deterministic kernel" if "eterminis" in exc.message else "failed"
-        raise UserCodeError("%s: a training step of the built model %s: %s (op %s)"
-                            % (user.build, kind, exc.message.splitlines()[0], getattr(exc.op, "name", "?"))) from None
+        op = getattr(exc.op, "name", "?")
+        if "eterminis" in exc.message:
+            raise UserCodeError("%s: op %s has no deterministic kernel: %s (set deterministic: false in the experiment "
+                                "to train it without op determinism)" % (user.build, op, exc.message.splitlines()[0])
+                                ) from None
+        raise UserCodeError("%s: a training step of the built model failed in op %s: %s"
+                            % (user.build, op, exc.message.splitlines()[0])) from None
     except (ValueError, TypeError) as exc:
         raise UserCodeError("%s: a training step of the built model failed: %s" % (user.build, exc)) from None
     return {"build": user.build, "parameters": int(model.count_params()), "output_shape": list(model.output_shape),
