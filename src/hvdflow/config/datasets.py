@@ -36,6 +36,10 @@ def check_dataset(name: str, entry: Mapping[str, Any]) -> None:
         for key in ("seasonal_snow_list", "cloud_shadow_list", "split_lists"):
             if entry.get(key):
                 raise ConfigError(f"{where}.{key} applies to bigearthnet-v1 only (v2's metadata table has them)")
+    fractions = float(entry.get("validation_fraction", 0)) + float(entry.get("test_fraction", 0))
+    if fractions >= 1:
+        raise ConfigError(f"{where}: validation_fraction {entry.get('validation_fraction', 0)} and test_fraction "
+                          f"{entry.get('test_fraction', 0)} leave nothing to train on (they must sum below 1)")
     if entry.get("sequence") and source != "image-folder":
         raise ConfigError(f"{where}.sequence applies to image-folder only")
     split_lists = entry.get("split_lists") or {}

@@ -13,6 +13,7 @@ from hvdflow.config.benchmark import BenchmarkSpec
 from hvdflow.config.checks import check_config, checked_benchmark
 from hvdflow.config.keyorder import key_sorted
 from hvdflow.config.profile import ClusterProfile, load_profile
+from hvdflow.errors import ConfigError
 from hvdflow.images.catalog import ImageSpec, load_catalog
 
 SORTED_SECTIONS = ("datasets", "experiments")
@@ -29,15 +30,34 @@ class CheckedConfig:
     benchmark: Optional[BenchmarkSpec]
 
 
+def schema_problem(config: Mapping[str, Any], schema: Path) -> Optional[str]:
+    """The config's most telling departure from the JSON ``schema``, in the user's terms: the dotted key and what is
+    wrong with its value (``experiments.demo.ranks: -2 is less than the minimum of 1``), not the schema's internals;
+    None where the config is valid."""
+    import jsonschema  # Snakemake's own dependency, as is its validate
+    import yaml
+
+    document = yaml.safe_load(schema.read_text())
+    validator = jsonschema.validators.validator_for(document)(document)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(config))
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path) or "the config"
+    return f"{where}: {error.message}"
+
+
 def check_workflow_config(config: MutableMapping[str, Any], schema: Path, default_profile: Path) -> CheckedConfig:
     """Check ``config`` as the workflow does at parse time, completing it in place: the JSON ``schema`` (Snakemake's
     ``validate``, which fills in the schema's defaults; its WorkflowError names the key), the sections' keys sorted,
     the profile (``default_profile`` when the config names none: the embedded default, said on stderr), then the
-    checks the schema cannot do (:func:`hvdflow.config.checks.check_config` and the benchmark). Errors: Snakemake's
-    WorkflowError for the schema, HvdflowError (naming the key, file or value) for the rest."""
+    checks the schema cannot do (:func:`hvdflow.config.checks.check_config` and the benchmark). Errors: ConfigError
+    (naming the key, file or value), the schema's in the user's terms (:func:`schema_problem`)."""
     from snakemake.utils import validate  # the host package uses Snakemake only where the workflow does
 
-    validate(config, str(schema), set_default=True)
+    problem = schema_problem(config, schema)
+    if problem:
+        raise ConfigError(problem)
+    validate(config, str(schema), set_default=True)  # valid: Snakemake's validate fills in the schema's defaults
     for section in SORTED_SECTIONS:
         config[section] = key_sorted(config[section])
     if "hvdflow_profile" not in config:
