@@ -19,7 +19,7 @@ from hvdflow.pipeline.record import jsonable
 from hvdflow.rerun import inputs
 from hvdflow.rerun.compare import EXIT_DIFFERS, EXIT_IDENTICAL, EXIT_WITHIN_TOLERANCE, compare, table
 from hvdflow.rerun.recreate import read_record, recreate
-from hvdflow.rerun.worktree import check_out
+from hvdflow.rerun.worktree import check_out, repository_of
 from hvdflow_index import content_sha256
 
 REPO = Path(__file__).resolve().parent.parent
@@ -221,3 +221,11 @@ def test_the_recreated_settings_pin_the_recorded_digest(tmp_path: Path, monkeypa
     record["profile"]["path"] = "profiles/gone/hvdflow.yaml"
     with pytest.raises(RerunRefused, match="profiles/gone/config.yaml cannot be read"):
         recreate(record, root, registry=None)
+
+
+def test_a_record_outside_a_checkout_names_the_commit_it_looked_for_and_repo(tmp_path: Path) -> None:
+    with pytest.raises(RerunRefused, match=rf"^{tmp_path} is not in a git checkout: looked there for the checkout the "
+                                           rf"run was made in, which holds commit {'a' * 40} \(two folders above "
+                                           rf"results/<experiment>/run.json\); pass --repo with a clone of hvdflow "
+                                           rf"that has that commit"):
+        repository_of(tmp_path, "a" * 40)

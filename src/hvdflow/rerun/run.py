@@ -107,7 +107,7 @@ def rerun(request: RerunRequest) -> Comparison:
     """Rerun the recorded run; print and write (``<worktree>/rerun.json``) the comparison and return it."""
     record = read_record(request.record)
     workdir = workdir_of(request.record)
-    repo = request.repo or repository_of(workdir)
+    repo = request.repo or repository_of(workdir, record["code"].get("commit"))
     name = record["experiment"]
     into = (request.into or workdir / "reruns" / f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}").resolve()
     checkout = check_out(record["code"], repo, into, request.allow_dirty)
@@ -122,8 +122,12 @@ def rerun(request: RerunRequest) -> Comparison:
     image = record["image"]["name"]
     if request.image_archive is not None:
         _load_recorded_image(record, into, settings, request.image_archive)
-    _snakemake(into, settings, f"resources/images/{image}.json", into / "logs" / "pull_image" / f"{image}.log",
-               f"pulling {record['image']['reference']} pinned at {record['image']['digest']}")
+    try:
+        _snakemake(into, settings, f"resources/images/{image}.json", into / "logs" / "pull_image" / f"{image}.log",
+                   f"pulling {record['image']['reference']} pinned at {record['image']['digest']}")
+    except HvdflowError as exc:
+        raise HvdflowError(f"{exc}\nIf the registry has moved, pass --registry URL; without one, --image-archive FILE "
+                           f"(an archive `hvdflow image save` made)") from None
     how = _prepared_inputs(record, into, settings, (request.inputs_from or workdir).resolve())
     print(f"hvdflow rerun: dataset: {how}", flush=True)
     new_record = into / "results" / name / "run.json"

@@ -32,12 +32,15 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=check)
 
 
-def repository_of(directory: Path) -> Path:
-    """The top of the git checkout holding ``directory``; RerunRefused if there is none."""
+def repository_of(directory: Path, commit: Optional[str] = None) -> Path:
+    """The top of the git checkout holding ``directory`` (where the run's tree should be, for the recorded
+    ``commit``); RerunRefused naming what it looked for and ``--repo`` if there is none."""
     proc = _git(directory, "rev-parse", "--show-toplevel", check=False)
     if proc.returncode != 0:
-        raise RerunRefused(f"{directory} is not in a git checkout, so the recorded code cannot be checked out: "
-                           f"pass --repo with a clone of hvdflow ({proc.stderr.strip()})")
+        wanted = f"the checkout the run was made in, which holds commit {commit}" if commit else "the run's checkout"
+        raise RerunRefused(f"{directory} is not in a git checkout: looked there for {wanted} (two folders above "
+                           f"results/<experiment>/run.json); pass --repo with a clone of hvdflow that has "
+                           f"{'that commit' if commit else 'the recorded commit'} ({proc.stderr.strip()})")
     return Path(proc.stdout.strip())
 
 
