@@ -17,12 +17,13 @@ export PYTHONPATH="$HVDFLOW_ROOT/src"
 
 # The whole suite runs in two lanes at once: the Slurm test bed's tests (-m slurm), which spend most of their time
 # waiting on Slurm's timers (time limits, KillWait, requeues), beside everything else. Each lane has its own pytest
-# session, registry and udocker directory and its own folder in the test user's home (tests/conftest.py: LANE);
+# session, registry and udocker directory, its own ordinary user and folder in that user's home (conftest.py: LANE);
 # image builds and venvs are made once, the other lane waiting on their lock.
 bed_log=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/test-lane-testbed.log
 lane() { HVDFLOW_TEST_LANE=$1 exec "$venv/bin/python" -m pytest --basetemp="/tmp/hvdflow-pytest-$1" -m "$2"; }
 log "lane testbed (-m slurm) runs beside this one; its output follows this lane's, and is in $bed_log meanwhile"
-(lane testbed slurm) > "$bed_log" 2>&1 < /dev/null &
+# its own ordinary user too: what one lane's tests check of the user's processes and files (/tmp included) is theirs
+(export HVDFLOW_TEST_USER=${HVDFLOW_TEST_USER:-hvdflow-ci}-bed; lane testbed slurm) > "$bed_log" 2>&1 < /dev/null &
 bed=$!
 trap 'kill "$bed" 2>/dev/null || true' EXIT
 rest=0; (lane rest "not slurm") || rest=$?
