@@ -409,7 +409,8 @@ def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(demo: P
 
     def autograph_files() -> list[str]:  # TensorFlow deletes them only at a clean exit: they would stay where TMPDIR is
         folders = [Path("/tmp"), *udocker_dir.glob("containers/*/ROOT/tmp")]
-        return sorted(str(f) for d in folders for f in d.glob("__autograph_generated_file*") if f.owner() == hpc_user.name)
+        return sorted(str(f) for d in folders for f in d.glob("__autograph_generated_file*")
+                      if f.stat().st_uid == hpc_user.uid)  # by uid: /tmp may hold files of users long deleted
 
     before = autograph_files()
     proc = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2"})

@@ -72,7 +72,7 @@ def build_image(spec: ImageSpec, log: Path, debian: str = "check") -> BuiltImage
     """
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
-    lock = cache_root() / "images" / "build.lock"
+    lock = cache_root() / "build.lock"  # beside images/, which holds only images
     with exclusive_lock(lock, BUILD_LOCK_TIMEOUT, f"building {spec.name}"):
         return _build(spec, spec.recipe, log, debian)
 
