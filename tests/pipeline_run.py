@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import subprocess
+import time
 import uuid
 import zipfile
 from collections.abc import Mapping
@@ -114,6 +115,16 @@ class Pipeline:
         """Live processes whose command line names this tree (ranks, rendezvous servers, proot): none may outlive
         a run."""
         return processes_naming(self.root)
+
+    def processes_left(self, seconds: float = 30) -> list[str]:
+        """:meth:`processes` once they have had ``seconds`` to exit: a Slurm job's own Snakemake may still be exiting
+        when the plugin has seen the job end. What is left after that outlived the run."""
+        deadline = time.monotonic() + seconds
+        found = self.processes()
+        while found and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found = self.processes()
+        return found
 
     def json(self, rel: str) -> dict:  # type: ignore[type-arg]
         """A JSON file of the tree (a run record checked against its schema)."""

@@ -189,7 +189,7 @@ def test_neighbour_training_on_two_nodes_converges_and_matches_the_local_run(
     local = local_runs("gloo", strategy="neighbour").json("results/cluster/run.json")
     assert record["weights_sha256"] == local["weights_sha256"]
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 def test_a_users_own_model_is_checked_on_the_login_node_and_trains_on_two_nodes_to_one_machines_weights(
@@ -209,7 +209,7 @@ def test_a_users_own_model_is_checked_on_the_login_node_and_trains_on_two_nodes_
     local = local_runs("gloo", model=model).json("results/cluster/run.json")
     assert record["weights_sha256"] == local["weights_sha256"]
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 def test_the_oldest_stack_trains_on_two_nodes_checked_and_deterministic(
@@ -235,7 +235,7 @@ def test_the_oldest_stack_trains_on_two_nodes_checked_and_deterministic(
     newer = local_runs("gloo").json("results/cluster/run.json")
     assert record["numerics"]["onednn_enabled"] == newer["numerics"]["onednn_enabled"] is not None
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
@@ -296,7 +296,7 @@ def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_we
     assert "failing on purpose (kill) at step 3 of epoch 2" in (logs / "rank-3.log").read_text()  # both attempts kept
     assert "resuming from checkpoint ckpt-10 at epoch 1 step 0" in (logs / "rank-0.log").read_text()
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == [], "a rank or the rendezvous server outlived a job"
+    assert pipeline.processes_left() == [], "a rank or the rendezvous server outlived a job"
 
 
 def _start_and_wait_for(pipeline: Pipeline, line: str, *args: str) -> tuple[subprocess.Popen[str], str]:
@@ -372,7 +372,7 @@ def test_usr1_to_the_training_job_checkpoints_requeues_it_and_resumes_to_the_sam
     rank_log = (pipeline.root / "logs/train/cluster/rank-2.log").read_text()
     assert "forwarding SIGUSR1 to the rank" in rank_log and "on signal SIGUSR1" in rank_log, rank_log[-3000:]
     assert not node_scratch_leftovers(cgroup_bed)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_run_resumes(
@@ -393,7 +393,7 @@ def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_ru
     assert second["outcome"] == "completed" and second["from"] != "the start"
     assert "on signal SIGTERM; exiting with status 75" in (pipeline.root / "logs/train/cluster/rank-0.log").read_text()
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 TIME_LIMIT_EPOCHS = 120
@@ -436,7 +436,7 @@ def test_a_time_limit_shorter_than_the_run_warns_checkpoints_and_requeues_until_
     assert rank0.count("on signal SIGUSR1; exiting with status 75") == len(stopped), rank0[-3000:]
     assert output.count("rule train:") == 1, output[-8000:]  # one job for Snakemake, however often Slurm restarted it
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,
@@ -546,7 +546,7 @@ def test_the_benchmark_runs_each_measurement_as_a_slurm_job_on_one_and_two_nodes
     crossing = pipeline.json("results/benchmark/measurements/allreduce-r2-n2-udocker-0.json")
     assert crossing["tcp"]["address"][0] == cluster.node_addr("n2"), crossing["tcp"]
     assert not node_scratch_leftovers(cluster)
-    assert pipeline.processes() == []
+    assert pipeline.processes_left() == []
 
 
 @pytest.fixture
@@ -594,7 +594,7 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     again = local.snakemake("results/cluster/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "2:3.3:kill:once"})
     assert again.returncode == 0, again.stderr[-5000:]
     assert local.json("results/cluster/run.json")["weights_sha256"] == record["weights_sha256"]
-    assert not node_scratch_leftovers(three_nodes) and pipeline.processes() == []
+    assert not node_scratch_leftovers(three_nodes) and pipeline.processes_left() == []
     # n3 taken down by the administrator during epoch 2: the job (--no-kill) goes on without it
     down = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, **{**elastic, "epochs": 5})
     running = down.start_snakemake("results/cluster/run.json", profile="testbed")
@@ -612,7 +612,7 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     # the nodes still in the job are cleaned; n3's copy stays until the user's next job there sweeps it
     left = node_scratch_leftovers(three_nodes)
     assert [p.parents[2].name for p in left] in ([], ["n3"]), left
-    assert down.processes() == []
+    assert down.processes_left() == []
     for copy in left:
         shutil.rmtree(copy)
     # n3 drained after epoch 1: the hosts drop it (Slurm asked every 5 s), the run goes on with 2 from the next epoch
@@ -634,7 +634,7 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     assert [m["ranks"] for m in memberships] == [3, 2, 3], memberships
     assert "hosts now n1 (1 slot), n2 (1 slot)" in memberships[1]["reason"], memberships[1]
     assert re.search(r"hosts now n1 \(1 slot\), n2 \(1 slot\), n3 \(1 slot\)", memberships[2]["reason"]), memberships[2]
-    assert not node_scratch_leftovers(three_nodes) and drained.processes() == []
+    assert not node_scratch_leftovers(three_nodes) and drained.processes_left() == []
     # below min_ranks (n2 and n3 down, min 2): the driver gives up after elastic_timeout_seconds, the job fails, and
     # Snakemake's retry (a new job on the nodes Slurm returned to service) resumes from the last epoch's checkpoint
     fallback = experiment_pipeline(hpc_user, registry, udocker_dir, prepared,
@@ -661,4 +661,4 @@ def test_an_elastic_run_on_three_nodes_survives_a_killed_rank_a_node_down_a_drai
     for copy in node_scratch_leftovers(three_nodes):  # the nodes that left the first job keep its copy
         assert copy.parents[2].name in ("n2", "n3"), copy
         shutil.rmtree(copy)
-    assert fallback.processes() == []
+    assert fallback.processes_left() == []
