@@ -17,6 +17,7 @@ from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
 from hvdflow.launch.runtime.base import KINDS
+from hvdflow.launch.runtime.udocker import LAST_EXIT
 from hvdflow_wire.task import NvidiaSetup
 from hvdflow_wire.values import from_json, to_json
 
@@ -76,7 +77,7 @@ def test_the_udocker_runtime_runs_in_its_container_with_the_chosen_proot(runtime
                                                                          tmp_path: Path) -> None:
     runtime = runtimes["udocker"]
     argv = runtime.command(["python3", "-V"], {"HOROVOD_RANK": "0"}, [tmp_path])
-    assert argv[argv.index("run"):][-3:] == ["c1", "python3", "-V"]
+    assert argv[argv.index("run"):][-8:] == ["c1", *LAST_EXIT, "python3", "-V"]
     assert "--env=HOROVOD_RANK=0" in argv and str(tmp_path) in argv
     assert (tmp_path / "udocker" / "containers" / "c1" / "ROOT" / str(tmp_path).lstrip("/")).is_dir()
     assert runtime.process_env()["UDOCKER_DIR"] == str(tmp_path / "udocker")
@@ -121,3 +122,49 @@ def test_the_record_names_udockers_proot_and_no_engine_for_a_native_run(tmp_path
     assert host is not None and host["choice"] == "host" and host["binary"] == "/usr/bin/proot" and len(host["sha256"]) == 64
     carried = recorded_engine(RuntimeSettings("udocker", proot="image", allow_root=True), image)
     assert carried is not None and carried["binary"] is None and "carries no proot" in carried["note"]
+
+
+LEAVES_A_CHILD = ("import subprocess, sys; p = subprocess.Popen(['sleep', '{sleep}']); "
+                  "open(sys.argv[1], 'w').write(str(p.pid)); sys.exit({code})")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_proot_reports_the_last_process_to_exit_and_last_exit_makes_it_the_commands_status(tmp_path: Path) -> None:
+    """The cause of a rank's 75 seen as 0 (CI, at 634d6f9), under Debian's proot, and the wrapper that fixes it."""
+    src = str(REPO / "src")
+    child = LEAVES_A_CHILD.format(sleep=1, code=75)
+    plain = subprocess.run(["proot", "-r", "/", sys.executable, "-c", child, str(tmp_path / "pid")],
+                           capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr   # the child's sleep exited last: proot says 0, not 75
+    wrapped = subprocess.run(["proot", "-r", "/", sys.executable, "-S", "-m", "hvdflow_trainer.last_exit", "--",
+                              sys.executable, "-c", child, str(tmp_path / "pid")],
+                             capture_output=True, text=True, timeout=120, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert wrapped.returncode == 75, wrapped.stderr
+    assert not _alive(int((tmp_path / "pid").read_text()))
+
+
+@pytest.mark.parametrize("code, status", [("sys.exit(3)", 3), ("os.kill(os.getpid(), signal.SIGKILL)", 137),
+                                          ("os.kill(os.getpid(), signal.SIGSEGV)", 139)])
+def test_last_exit_returns_the_commands_status_and_ends_what_it_left_running(tmp_path: Path, code: str,
+                                                                            status: int) -> None:
+    child = ("import os, signal, subprocess, sys; p = subprocess.Popen(['sleep', '60']); "
+             f"open(sys.argv[1], 'w').write(str(p.pid)); {code}")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-S", "-m", "hvdflow_trainer.last_exit", "--", sys.executable, "-c", child,
+                           str(tmp_path / "pid")], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == status, proc.stderr
+    assert not _alive(int((tmp_path / "pid").read_text()))   # the orphaned sleep was ended, not left running
+    assert time.monotonic() - started < 50   # it did not wait for the sleep's 60 s
+
+
+def test_last_exit_names_a_command_it_cannot_start() -> None:
+    proc = subprocess.run([sys.executable, "-S", "-m", "hvdflow_trainer.last_exit", "--", "/nonexistent/python3"],
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO / "src")})
+    assert proc.returncode == 127 and "cannot start /nonexistent/python3" in proc.stderr

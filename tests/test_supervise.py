@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.launch.supervise import group_members, start, stop, supervise, watch_interrupts
+from hvdflow.launch.supervise import by_signal, exit_text, group_members, start, stop, supervise, watch_interrupts
 
 # a leader that exits on SIGTERM and a child that ignores it, like `udocker run` and Debian's proot
 STUBBORN_CHILD = """
@@ -146,3 +146,11 @@ def test_ctrl_c_in_the_main_thread_reaches_ranks_supervised_in_another_thread(tm
         stop([helper])
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("code, text", [(3, "exit code 3"), (-9, "exit code -9 (SIGKILL)"),
+                                        (137, "exit code 137 (SIGKILL)"), (139, "exit code 139 (SIGSEGV)"),
+                                        (128, "exit code 128"), (255, "exit code 255")])
+def test_an_exit_status_names_the_signal_it_means(code: int, text: str) -> None:
+    assert exit_text(code) == text
+    assert by_signal(code) == ("SIG" in text)

@@ -30,6 +30,7 @@ from hvdflow.launch.supervise import (
     InterruptRelay,
     ProgressFollower,
     Supervised,
+    exit_text,
     log_tail,
     note,
     signal_group,
@@ -212,7 +213,7 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                     code = EARLY_EXIT
                 channel.exited(worker, code)
                 what = ("exited 0 without finishing the training (killed in its container, or an error Horovod's "
-                        "elastic wrapper swallowed)" if code == EARLY_EXIT else f"exited with status {code}")
+                        "elastic wrapper swallowed)" if code == EARLY_EXIT else f"exited with {exit_text(code)}")
                 run.event("exit", f"{w.where} {what}" + ("" if code in (0, STOPPED_EXIT) else f"; log {w.process.log}"),
                           worker=worker, code=code, host=w.slot.hostname, why=what)
                 # the ranks agreed to stop after the same step: the others are saving or exiting too

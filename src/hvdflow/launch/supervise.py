@@ -192,6 +192,23 @@ FAILURE_SETTLE = 3.0
 """Seconds a failure waits for the other processes to end too, so that the one that failed first can be named."""
 
 
+def by_signal(code: int) -> bool:
+    """Whether exit status ``code`` means death by a signal: negative from Popen, 128 + N from a container (where
+    :mod:`hvdflow_trainer.last_exit` reports a command killed by signal N as a shell does)."""
+    return code < 0 or 128 < code < 128 + signal.NSIG
+
+
+def exit_text(code: int) -> str:
+    """``exit code N``, with the signal named where the status means one (``exit code 137 (SIGKILL)``)."""
+    if by_signal(code):
+        number = -code if code < 0 else code - 128
+        try:
+            return f"exit code {code} ({signal.Signals(number).name})"
+        except ValueError:
+            return f"exit code {code} (signal {number})"
+    return f"exit code {code}"
+
+
 def is_echo(log: Path) -> bool:
     """Whether the process logging to ``log`` failed on another rank's loss (Horovod's shutdown message)."""
     try:
@@ -220,8 +237,8 @@ def failure_error(processes: Sequence[Supervised], finished: Sequence[Supervised
             return LaunchError(f"{p.label} ended (status 0) before the run did, and the others failed on its loss: it "
                                f"was probably killed inside the container (SIGKILL, out of memory); the other processes "
                                f"were stopped. Log: {p.log}\n{log_tail(p.log)}")
-    p, code = min(causes or failed, key=lambda failure: 0 if failure[1] < 0 else 2 if failure[1] == 1 else 1)
-    return LaunchError(f"{p.label} failed with exit code {code}; the other processes were stopped. "
+    p, code = min(causes or failed, key=lambda failure: 0 if by_signal(failure[1]) else 2 if failure[1] == 1 else 1)
+    return LaunchError(f"{p.label} failed with {exit_text(code)}; the other processes were stopped. "
                        f"Log: {p.log}\n{log_tail(p.log)}")
 
 

@@ -26,7 +26,7 @@ from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
 from hvdflow.launch.runtime import expose_gpus
-from hvdflow.launch.supervise import STOP_SIGNALS, ignore_stop_signals
+from hvdflow.launch.supervise import STOP_SIGNALS, exit_text, ignore_stop_signals
 from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
 from hvdflow_wire import WireError
@@ -165,7 +165,7 @@ def exit_reason(code: int, result: Path) -> str | None:
     decides as well.
     """
     if code > 0:
-        return f"exit code {code}"
+        return exit_text(code)
     if code < 0:
         return f"killed by signal {-code}"
     return None if result.exists() else f"exited 0 without writing {result}"

@@ -19,6 +19,8 @@ from hvdflow.launch.runtime.settings import RuntimeSettings
 from hvdflow_wire.task import NvidiaSetup
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
+LAST_EXIT = ("python3", "-S", "-m", "hvdflow_trainer.last_exit", "--")
+"""What every command in the container runs under, so that udocker's exit status is the command's own."""
 
 
 @dataclass(frozen=True)
@@ -30,14 +32,17 @@ class UdockerRuntime:
     name: str = "udocker"
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
-        """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place."""
+        """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place, run under
+        :mod:`hvdflow_trainer.last_exit` (:data:`LAST_EXIT`): proot exits with the status of the last process to
+        exit, and that wrapper makes it the command's own."""
         self._make_mountpoints([*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
         volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
         if hostenv:
             volumes.append("/tmp")  # Open MPI's session directory, where the ranks find the host's PMIx server
         chosen = {name: os.environ[name] for name in NUMERICS_ENV if name in os.environ}
         full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **chosen, **env}
-        return run_argv(self.udocker, self.container, argv, env=full_env, volumes=volumes, hostenv=hostenv)
+        return run_argv(self.udocker, self.container, [*LAST_EXIT, *argv], env=full_env, volumes=volumes,
+                        hostenv=hostenv)
 
     def _make_mountpoints(self, targets: Sequence[Path]) -> None:
         """Create the bind targets inside the container's root before any run starts.
