@@ -32,14 +32,6 @@ CLUSTER_EXPERIMENT = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 4, "
                       "warmup_epochs": 1, "seed": 1234}
 
 
-@pytest.fixture(scope="session", autouse=True)
-def oldest_image_first(oldest_image: BuiltImage) -> BuiltImage:
-    """The oldest stack's image, built before anything else of this module: in scripts/test.sh's lanes this lane
-    builds it while the other lane runs its first tests, then both wait for hvdflow-cpu, which the other lane builds
-    (one build at a time: the build lock); built in the middle of the module, it cost this lane six minutes alone."""
-    return oldest_image
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Any]:
     """The test bed, started for the session (and stopped after it, unless it was already running)."""
