@@ -34,6 +34,8 @@ user_part() {
   snakemake --profile profiles/local --report results/report.html
   log "test accuracy: $(python -c 'import json; print(json.load(open("results/demo/evaluation.json"))["accuracy"])')"
   log "report: $HVDFLOW_ROOT/results/report.html; run record: $HVDFLOW_ROOT/results/demo/run.json"
+  log "the README's commands, as $(id -un): cd $HVDFLOW_ROOT && source $venv/bin/activate"
+  log "  then, for example: hvdflow rerun results/demo/run.json; snakemake --profile profiles/local benchmark"
 }
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -60,11 +60,12 @@ print("\n".join(project["dependencies"] + [r for extra in sys.argv[2:] for r in 
 PY
 }
 
-# ensure_venv DIR [EXTRA...]: a venv from Debian's python3 with hvdflow's pinned dependencies (not hvdflow itself:
-# callers put src/ on PYTHONPATH or pip install the project). Built once per key; a half-built venv is rebuilt.
+# ensure_venv DIR [EXTRA...]: a venv from Debian's python3 with hvdflow's pinned dependencies, and the `hvdflow`
+# command of the checkout it is run in (write_checkout_command). Built once per key (checkouts with the same pins
+# share it); a half-built venv is rebuilt.
 ensure_venv() {
   local dir=$1; shift
-  [ -f "$dir/.hvdflow-complete" ] && return 0
+  if [ -f "$dir/.hvdflow-complete" ]; then write_checkout_command "$dir"; return 0; fi
   mkdir -p "$(dirname "$dir")"
   # one maker at a time (the test suite's lanes start together); the others wait, then find it made
   ( flock 9
@@ -75,7 +76,31 @@ ensure_venv() {
     "$dir/bin/pip" install -c "$HVDFLOW_ROOT/requirements/constraints.txt" -r <(project_requirements "$@") \
       > "$dir.log" 2>&1 || { tail -20 "$dir.log" >&2; log "pip install into $dir failed (log: $dir.log)"; exit 1; }
     touch "$dir/.hvdflow-complete"
-  ) 9>"$dir.lock"
+  ) 9>"$dir.lock" || return 1
+  write_checkout_command "$dir"
+}
+
+# write_checkout_command VENV: VENV/bin/hvdflow runs hvdflow from the checkout it is typed in (the nearest folder at
+# or above the working directory with src/hvdflow/cli.py and workflow/Snakefile), so that the command, the rules and
+# the job steps, which import that checkout's src/, are one code; the venv is shared by checkouts with the same pins.
+write_checkout_command() {
+  local venv=$1 tmp
+  tmp=$(mktemp "$venv/bin/.hvdflow.XXXXXX")
+  cat > "$tmp" <<EOF
+#!/bin/sh
+# hvdflow from the checkout at or above the working directory (written by scripts/lib.sh, write_checkout_command)
+dir=\$PWD
+while [ ! -f "\$dir/src/hvdflow/cli.py" ] || [ ! -f "\$dir/workflow/Snakefile" ]; do
+  if [ "\$dir" = / ]; then
+    echo "hvdflow: no hvdflow checkout at or above \$PWD (a folder with src/hvdflow/cli.py and workflow/Snakefile): cd into your clone" >&2
+    exit 2
+  fi
+  dir=\$(dirname "\$dir")
+done
+PYTHONPATH="\$dir/src\${PYTHONPATH:+:\$PYTHONPATH}" exec "$venv/bin/python" -m hvdflow "\$@"
+EOF
+  chmod 755 "$tmp"
+  mv -f "$tmp" "$venv/bin/hvdflow"
 }
 
 # copy_tree_keeping_lock DEST PART...: replace each PART (a path of the working directory) in DEST with a fresh copy,
