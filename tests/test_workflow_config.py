@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -191,6 +192,20 @@ def test_without_a_profile_the_embedded_default_runs(tree: Path) -> None:
     output = proc.stdout + proc.stderr
     assert f"no profile given, so the embedded default runs: {tree / 'profiles/local/hvdflow.yaml'}" in output
     assert "rule train:" in output or "localrule train:" in output
+
+
+def test_a_yaml_mistake_in_the_config_is_named_with_its_file_line_and_column(tree: Path) -> None:
+    config = tree / "config" / "config.yaml"
+    lines = config.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("experiments:"))
+    lines[at] = "experiments: [demo,"   # an unclosed flow sequence, as a hand edit leaves it
+    config.write_text("\n".join(lines) + "\n")
+    proc = snakemake(tree, "--profile", "profiles/local", "--dry-run")
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert re.search(rf"config/config\.yaml, line \d+, column \d+: not valid YAML: .*that starts at line {at + 1}, "
+                     rf"column 14\)", output), output[-3000:]
+    assert "Config file is not valid JSON or YAML" not in output   # Snakemake's own message names neither
 
 
 def test_an_installed_profile_is_found_by_its_bare_name(tree: Path, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]

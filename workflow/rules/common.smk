@@ -1,18 +1,9 @@
-import sys
-from pathlib import Path
-
-from snakemake.exceptions import WorkflowError
-
-# One source of code: the rules import the hvdflow that came with this workflow, whatever else is installed; the
-# Slurm launcher starts its job steps with the same folder first on PYTHONPATH (docs/architecture.md).
-sys.path.insert(0, str(Path(workflow.basedir).parent / "src"))
-
+# the Snakefile has put this workflow's src/ first on sys.path (one source of code)
 from hvdflow.pipeline import steps  # noqa: E402
 from hvdflow.config.benchmark import ALLREDUCE, MODELS  # noqa: E402
 from hvdflow.config.parse_time import check_workflow_config  # noqa: E402
 from hvdflow.config.datasets import input_paths, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
-from hvdflow.errors import HvdflowError  # noqa: E402
 from hvdflow.launch import supervise  # noqa: E402
 from hvdflow.slurm.layout import gres, job_task_resources  # noqa: E402
 

@@ -10,14 +10,32 @@ import yaml
 from hvdflow.errors import ConfigError
 
 
-def load_mapping(path: Path) -> dict[str, Any]:
-    """Load ``path`` and require a mapping at its top level."""
+def syntax_error(path: Path, exc: yaml.YAMLError) -> ConfigError:
+    """The error for a YAML file that does not parse: the file, the line and column (1-based) and PyYAML's words
+    (``config/config.yaml, line 3, column 12: not valid YAML: expected ',' or ']', but got '<stream end>'``)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and start is not None:
+        context += f" that starts at line {start.line + 1}, column {start.column + 1}"
+    return ConfigError(f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else ""))
+
+
+def parse_yaml(path: Path) -> Any:
+    """The content of the YAML file ``path``; ConfigError naming the file (and the line and column of a syntax
+    error) if it is missing or does not parse."""
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise syntax_error(path, exc) from None
+
+
+def load_mapping(path: Path) -> dict[str, Any]:
+    """Load ``path`` and require a mapping at its top level."""
+    data = parse_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
