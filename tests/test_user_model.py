@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import HpcUser, Registry, _chown_tree
+from hvdflow.config.user_code import code_files, tree_sha256
 from pipeline_run import Pipeline, configured_pipeline
+from test_user_reader import write_npy_folder
+from tfrecord_read import records
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -115,3 +118,38 @@ def test_bad_model_code_is_named_before_any_training_job(demo: Pipeline, hpc_use
         assert not (pipeline.root / f"results/{name}/checkpoints").exists(), name
     assert "rule train:" not in output, output[-6000:]
     assert pipeline.processes() == []
+
+
+def test_the_reader_example_prepares_in_one_or_two_chunks_to_the_same_records_and_trains_to_the_same_weights(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    """Issue 28, a user's own data format: a folder of .npy arrays with a CSV of labels, read by examples/npy-reader
+    in the image, prepared through the chunked, checksummed path in 1 and in 2 chunks, trained with 2 ranks on each."""
+    reader = {"code": "examples/npy-reader", "read": "npy_labels:read"}
+    common = {"source": reader, "path": "data/cells", "image": "hvdflow-cpu", "validation_fraction": 0.2,
+              "test_fraction": 0.2, "seed": 5}
+    run = {"image": "hvdflow-cpu", "ranks": 2, "model": "mlp", "hidden_units": 16, "epochs": 3, "batch_size": 6,
+           "learning_rate": 0.05}
+    pipeline = configured_pipeline(
+        hpc_user, registry, udocker_dir, demo,
+        datasets={"npy1": {**common, "chunks": 1}, "npy2": {**common, "chunks": 2}},
+        experiments={"one": {**run, "dataset": "npy1"}, "two": {**run, "dataset": "npy2"}})
+    write_npy_folder(pipeline.root / "data" / "cells")
+    _chown_tree(pipeline.root / "data", hpc_user.uid, hpc_user.gid)
+    proc = pipeline.snakemake("results/one/run.json", "results/two/run.json")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    indexes = {name: pipeline.json(f"resources/datasets/{name}/index.json") for name in ("npy1", "npy2")}
+    for name, index in indexes.items():
+        assert index["class_names"] == ["alpha", "beta", "gamma"] and index["feature_shape"] == [8, 8, 1]
+        assert {split: index["splits"][split]["records"] for split in ("train", "validation", "test")} == {
+            "train": 18, "validation": 6, "test": 6}, name
+        assert index["spec"]["source"]["tree_sha256"] == tree_sha256(code_files(pipeline.root / "examples/npy-reader"))
+    assert len(indexes["npy2"]["splits"]["train"]["shards"]) == 2   # one shard per chunk: two chunks really ran
+
+    def split_records(name: str, split: str) -> list[bytes]:
+        root = pipeline.root / "resources/datasets" / name
+        return [r for shard in indexes[name]["splits"][split]["shards"] for r in records(root / shard["file"])]
+
+    for split in ("train", "validation", "test"):
+        assert split_records("npy1", split) == split_records("npy2", split), split
+    one, two = pipeline.json("results/one/run.json"), pipeline.json("results/two/run.json")
+    assert one["weights_sha256"] == two["weights_sha256"]

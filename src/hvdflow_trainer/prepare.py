@@ -29,6 +29,7 @@ from hvdflow_index import DATASET_FILE, REPORT_FILE, SPLITS, ChannelStats, Prepa
 from .records import ShardWriter
 from .sources import adapter
 from .sources.common import BadSample, Excluded, ordered
+from .user_code import UserCodeError, exit_naming
 
 
 def _load(path: str) -> Dict[str, object]:
@@ -57,7 +58,7 @@ def chunk_file(chunk: int) -> str:
 def list_dataset(spec: Dict[str, object], chunks: int, out_dir: str) -> Dict[str, object]:
     """Write the manifest of ``spec``'s dataset in ``chunks`` chunks into ``out_dir``; return its summary."""
     started = time.time()
-    list_samples, _ = adapter(str(spec["source"]))
+    list_samples, _ = adapter(spec["source"])  # type: ignore[arg-type]
     listing = list_samples(spec)
     samples = ordered(listing.pop("samples"), int(spec["seed"]))  # type: ignore[arg-type,call-overload]
     if not samples:
@@ -81,7 +82,7 @@ def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str) -> Dict[str, obje
     summary = _load(os.path.join(manifest_dir, DATASET_FILE))
     spec: Dict[str, object] = summary["spec"]  # type: ignore[assignment]
     samples: List[Dict[str, object]] = _load(os.path.join(manifest_dir, chunk_file(chunk)))  # type: ignore[assignment]
-    read = adapter(str(spec["source"]))[1](summary, spec)
+    read = adapter(spec["source"])[1](summary, spec)  # type: ignore[arg-type]
     shape, dtype = tuple(summary["feature_shape"]), str(summary["feature_dtype"])  # type: ignore[call-overload]
     target = int(float(spec["shard_size_mb"]) * 1e6)  # type: ignore[arg-type]
     partial = _fresh(out_dir)
@@ -135,7 +136,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     try:
         if args.command == "list":
             summary = list_dataset(json.loads(args.spec), args.chunks, args.out)
-            print("listed %s: %s, excluded %s" % (summary["spec"]["source"], summary["listed"], summary["excluded"]))  # type: ignore[index]
+            source = summary["spec"]["source"]  # type: ignore[index]
+            name = source if isinstance(source, str) else source["read"]  # type: ignore[index]
+            print("listed %s: %s, excluded %s" % (name, summary["listed"], summary["excluded"]))
         else:
             report = prepare_chunk(args.manifest, args.chunk, args.out)
             print("chunk %d: %d samples, %d skipped, %s excluded, %.1f MB read in %.1f s" % (
@@ -145,6 +148,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit("error: bad sample %s (set skip_bad_samples: true to skip and count such samples)" % exc)
     except PrepareError as exc:
         sys.exit("error: %s" % exc)
+    except UserCodeError as exc:
+        exit_naming(exc)
 
 
 if __name__ == "__main__":

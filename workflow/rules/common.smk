@@ -2,7 +2,7 @@
 from hvdflow.pipeline import steps  # noqa: E402
 from hvdflow.config.benchmark import ALLREDUCE, MODELS  # noqa: E402
 from hvdflow.config.parse_time import check_workflow_config  # noqa: E402
-from hvdflow.config.datasets import input_paths, task_of  # noqa: E402
+from hvdflow.config.datasets import input_paths, source_name, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.launch import supervise  # noqa: E402
 from hvdflow.slurm.layout import gres, job_task_resources  # noqa: E402
@@ -57,7 +57,7 @@ def image_needs(image):
     prepares."""
     sources = sorted(
         {
-            entry["source"]
+            source_name(entry)
             for entry in config["datasets"].values()
             if entry["image"] == image
         }

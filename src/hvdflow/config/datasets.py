@@ -1,24 +1,36 @@
 """Dataset entries of the config (``datasets.<name>``): checks at parse time, resolved paths, what the container
-must see. The adapters themselves run in the container (:mod:`hvdflow_trainer.sources`)."""
+must see. The adapters themselves run in the container (:mod:`hvdflow_trainer.sources`); a ``source`` that is a
+mapping names the user's own reader (:mod:`hvdflow_trainer.sources.user_reader`), whose folder is bound like the
+data's and whose files are the listing's inputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping
 
+from hvdflow.config.user_code import check_module, code_files, code_folder, tree_sha256
 from hvdflow.errors import ConfigError
 
 MULTI_LABEL_SOURCES = ("bigearthnet-v1", "bigearthnet-v2")
+USER_READER = "user-reader"
+"""What a user's own reader is called where a source has a name (the image check, messages)."""
 REQUIRED = {"bigearthnet-v1": ("path",), "bigearthnet-v2": ("path", "metadata"), "image-folder": ("path",),
-            "sklearn-digits": ()}
+            "sklearn-digits": (), USER_READER: ("path",)}
 FILE_KEYS = ("metadata", "seasonal_snow_list", "cloud_shadow_list")
 SPLIT_KEYS = ("train", "validation", "test")
 
 
+def source_name(entry: Mapping[str, Any]) -> str:
+    """The entry's source by name: the built-in one, or :data:`USER_READER`."""
+    return entry["source"] if isinstance(entry["source"], str) else USER_READER
+
+
 def _paths(entry: Mapping[str, Any]) -> dict[str, str]:
-    """Every path the entry names, by its config key (``split_lists.train`` and so on)."""
+    """Every path the entry names, by its config key (``split_lists.train``, ``source.code`` and so on)."""
     found = {key: str(entry[key]) for key in ("path", *FILE_KEYS) if entry.get(key)}
     found.update({f"split_lists.{k}": str(v) for k, v in (entry.get("split_lists") or {}).items()})
+    if source_name(entry) == USER_READER:
+        found["source.code"] = str(entry["source"]["code"])
     return found
 
 
@@ -26,7 +38,12 @@ def check_dataset(name: str, entry: Mapping[str, Any]) -> None:
     """ConfigError naming ``datasets.<name>.<key>`` for a missing key, a missing path or a combination that cannot
     work; the schema has already checked types and names."""
     where = f"datasets.{name}"
-    source = entry["source"]
+    source = source_name(entry)
+    if source == USER_READER:
+        code = code_folder(f"{where}.source.code", str(entry["source"]["code"]), Path.cwd())
+        for key in ("read", "list"):
+            if entry["source"].get(key):
+                check_module(f"{where}.source.{key}", code, str(entry["source"][key]))
     for key in REQUIRED[source]:
         if not entry.get(key):
             raise ConfigError(f"{where}.{key} is required for source {source}")
@@ -61,12 +78,19 @@ def resolved_spec(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
             spec[key] = str(Path(entry[key]).resolve())
     if entry.get("split_lists"):
         spec["split_lists"] = {k: str(Path(v).resolve()) for k, v in entry["split_lists"].items()}
+    if source_name(entry) == USER_READER:
+        code = Path(entry["source"]["code"]).resolve()
+        spec["source"] = {**entry["source"], "code": str(code), "tree_sha256": tree_sha256(code_files(code))}
     return spec
 
 
 def input_paths(entry: Mapping[str, Any]) -> list[str]:
-    """The files and folders whose change means listing again (Snakemake inputs of the listing job)."""
-    return sorted(_paths(entry).values())
+    """The files and folders whose change means listing again (Snakemake inputs of the listing job): for a user's
+    reader the files of its folder, each, so that an edit lists the dataset again."""
+    paths = _paths(entry)
+    code = paths.pop("source.code", None)
+    files = [str(Path(code) / name) for name in code_files(Path(code))] if code is not None else []
+    return sorted([*paths.values(), *files])
 
 
 def bind_paths(spec: Mapping[str, Any]) -> list[Path]:
@@ -78,4 +102,6 @@ def bind_paths(spec: Mapping[str, Any]) -> list[Path]:
 
 def task_of(entry: Mapping[str, Any]) -> str:
     """``multi-label`` or ``single-label``: what the dataset's labels are."""
+    if source_name(entry) == USER_READER:
+        return str(entry["source"].get("task", "single-label"))
     return "multi-label" if entry["source"] in MULTI_LABEL_SOURCES else "single-label"

@@ -55,13 +55,8 @@ class UserModel:
     def from_config(cls, where: str, value: Mapping[str, Any], root: Path) -> "UserModel":
         """The model of a validated ``experiments.<name>.model`` mapping, its folder resolved against ``root`` (the
         workflow's); ConfigError naming ``where`` if the folder is not there."""
-        code = (root / str(value["code"])).resolve()
-        if not code.is_dir():
-            raise ConfigError(f"{where}.code: {value['code']} is not a folder (looked for {code})")
-        module = str(value["build"]).split(":", 1)[0]
-        if not _module_file(code, module):
-            raise ConfigError(f"{where}.build: {value['build']}: no module {module} in {code} (looked for "
-                              f"{module.replace('.', '/')}.py and {module.replace('.', '/')}/__init__.py)")
+        code = code_folder(f"{where}.code", str(value["code"]), root)
+        check_module(f"{where}.build", code, str(value["build"]))
         return cls(code, str(value["build"]), dict(value.get("params") or {}), value.get("loss"), value.get("metrics"))
 
     def trainer_args(self) -> list[str]:
@@ -76,6 +71,18 @@ class UserModel:
         return code_files(self.code)
 
 
-def _module_file(code: Path, module: str) -> bool:
+def code_folder(where: str, value: str, root: Path) -> Path:
+    """The user's code folder ``value`` resolved against ``root``; ConfigError naming ``where`` if it is none."""
+    code = (root / value).resolve()
+    if not code.is_dir():
+        raise ConfigError(f"{where}: {value} is not a folder (looked for {code})")
+    return code
+
+
+def check_module(where: str, code: Path, ref: str) -> None:
+    """ConfigError naming ``where`` unless the module of ``ref`` (``module:function``) is a file of ``code``."""
+    module = ref.split(":", 1)[0]
     base = code.joinpath(*module.split("."))
-    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+    if not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()):
+        raise ConfigError(f"{where}: {ref}: no module {module} in {code} (looked for {module.replace('.', '/')}.py "
+                          f"and {module.replace('.', '/')}/__init__.py)")

@@ -28,6 +28,7 @@ SOURCE_MODULES = {
     "bigearthnet-v1": ("tifffile", "imagecodecs"),
     "bigearthnet-v2": ("tifffile", "imagecodecs", "pyarrow"),
     "image-folder": ("tifffile", "imagecodecs"),
+    "user-reader": (),  # numpy, as every preparation; what the user's reader imports is named when it is loaded
 }
 """The libraries each dataset source's reader imports (``hvdflow_trainer.sources``)."""
 PROBE_TIMEOUT = 600.0
