@@ -66,9 +66,10 @@ def test_only_what_the_jobs_use_is_asked_for() -> None:
 
 
 def test_the_host_knows_every_dataset_source_the_trainer_reads() -> None:
+    from hvdflow.config.datasets import USER_READER
     from hvdflow_trainer.sources import SOURCES
 
-    assert set(SOURCE_MODULES) == set(SOURCES)
+    assert set(SOURCE_MODULES) == set(SOURCES) | {USER_READER}   # a user's reader: numpy only, its imports named
 
 
 def test_the_probe_runs_on_a_python_without_the_stack_and_says_so(tmp_path: Path) -> None:

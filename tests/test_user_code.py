@@ -4,20 +4,27 @@ the record of the code's files."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 
+from conftest import REPO
 from hvdflow.config import user_code as host
 from hvdflow.config.experiment import TrainSpec
+from hvdflow.config.parse_time import schema_problem
 from hvdflow.config.user_code import UserModel, code_files, tree_sha256
-from hvdflow.errors import ConfigError, RerunRefused
+from hvdflow.errors import ConfigError, LaunchError, RerunRefused
 from hvdflow.rerun.user_code import restore_user_code
 from hvdflow_trainer import user_code
+from hvdflow_trainer.check_model import check_script
 from hvdflow_trainer.keras import models
+from hvdflow_trainer.run_control import StopFlag
+from hvdflow_trainer.script import run_script
 from hvdflow_trainer.user_code import UserCodeError, call, load_function
 from hvdflow_wire.user_code import USER_CODE_ERROR, user_code_error
 
@@ -143,3 +150,54 @@ def test_a_rerun_puts_the_recorded_code_back_or_refuses_the_file_that_changed(tm
                                            rf"{files['net.py']}: the model code changed since the run"):
         restore_user_code(record, workdir, into)
     assert not (into / "mymodels" / "net.py").exists()
+
+
+def _script_args(code: Path, script: str) -> argparse.Namespace:
+    return argparse.Namespace(model_code=str(code), model_script=script)
+
+
+@pytest.mark.parametrize("text, said", [
+    ("print('no run at all')\n", "the training script s.py ended without calling run.finish(): hvdflow has no model"),
+    ("import sys\nsys.exit(2)\n", "the training script s.py exited with 2"),
+    ("x = {}\ny = x['missing']\n", r"the training script s.py raised KeyError: 'missing' (at "),
+])
+def test_a_training_script_that_fails_or_never_finishes_is_named(tmp_path: Path, text: str, said: str) -> None:
+    (tmp_path / "s.py").write_text(text)
+    with pytest.raises(UserCodeError) as caught:
+        run_script(_script_args(tmp_path, "s.py"), StopFlag())
+    assert said in str(caught.value)
+    if "raised" in said:
+        assert str(caught.value).endswith(f"{tmp_path / 's.py'}, line 2)")
+
+
+def test_a_script_that_does_not_parse_is_named_by_the_check_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "s.py").write_text("import os\n\nfor x in range(3)\n    pass\n")
+    with pytest.raises(UserCodeError, match=r"s\.py, line 3: .* \(the training script\)"):
+        check_script(str(tmp_path), "s.py")
+    (tmp_path / "t.py").write_text("print(1)\n")
+    assert check_script(str(tmp_path), "t.py") == {"script": "t.py", "summary": "compiles (1 lines); it runs its own loop"}
+
+
+def test_a_script_is_checked_in_the_config_and_runs_only_the_fixed_allreduce_set_up(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "train.py").write_text("pass\n")
+    model = {"code": "loop", "script": "train.py", "params": {"hidden": 8}}
+    entry = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "epochs": 1, "batch_size": 8,
+             "learning_rate": 0.1, "model": model}
+    defaults = {"hidden_units": 64, "momentum": 0.9, "warmup_epochs": 1, "seed": 42}   # what the schema fills in
+    user = TrainSpec.from_config({**entry, **defaults}).user_model()
+    assert user is not None and (user.build, user.script, user.entry) == (None, "train.py", "train.py")
+    assert user.trainer_args() == ["--model-code", str(tmp_path / "loop"), "--model-script", "train.py",
+                                   "--model-params", '{"hidden": 8}']
+    with pytest.raises(ConfigError, match=r"model\.script: other\.py is not a file of "):
+        TrainSpec.from_config({**entry, **defaults, "model": {**model, "script": "other.py"}}).user_model()
+    for changed in ({"elastic": {"min_ranks": 1}}, {"strategy": "neighbour"}):
+        with pytest.raises(LaunchError, match=r"a training script \(train\.py\) runs its own loop"):
+            TrainSpec.from_config({**entry, **defaults, **changed})
+    shipped = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    schema = REPO / "workflow" / "schemas" / "config.schema.yaml"
+    assert schema_problem({**shipped, "experiments": {"loop": entry}}, schema) is None
+    both = {**entry, "model": {**model, "build": "m:build"}}
+    assert schema_problem({**shipped, "experiments": {"loop": both}}, schema) is not None

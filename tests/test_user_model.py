@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -153,3 +156,61 @@ def test_the_reader_example_prepares_in_one_or_two_chunks_to_the_same_records_an
         assert split_records("npy1", split) == split_records("npy2", split), split
     one, two = pipeline.json("results/one/run.json"), pipeline.json("results/two/run.json")
     assert one["weights_sha256"] == two["weights_sha256"]
+
+
+LOOP = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "epochs": 5, "batch_size": 32, "learning_rate": 0.01,
+        "model": {"code": "examples/training-script", "script": "train_digits.py", "params": {"hidden": 16}}}
+"""The example training script (examples/training-script): its own Horovod loop with hvdflow's script API."""
+
+
+def test_the_script_example_stops_together_on_ctrl_c_resumes_to_an_uninterrupted_runs_weights_and_is_checked(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    """Issue 28, a user's own training script: run once per rank in udocker, Ctrl-C stops both ranks after a
+    checkpoint, the next call resumes to the weights of a run never stopped; a script that never calls run.finish()
+    and one that does not parse are named, the second before any training job."""
+    stopped = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"loop": LOOP})
+    running = stopped.start_snakemake()
+    log = stopped.root / "logs/train/loop/rank-0.log"
+    deadline = time.monotonic() + 900
+    while "hvdflow: epoch 2/5" not in (log.read_text() if log.exists() else ""):
+        assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-5000:]
+        time.sleep(0.05)
+    os.killpg(running.pid, signal.SIGINT)
+    first = Pipeline.finish(running, timeout=300)
+    assert first.returncode != 0
+    assert "stopped on a signal after a checkpoint (exit status 75)" in first.stdout + first.stderr, first.stderr[-5000:]
+    for rank in (0, 1):
+        assert "on signal SIGINT" in (stopped.root / f"logs/train/loop/rank-{rank}.log").read_text()
+    assert not (stopped.root / "results/loop/model.keras").exists() and stopped.processes() == []
+    resumed = stopped.snakemake("results/loop/run.json")
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    assert "resuming from checkpoint" in log.read_text()
+    whole = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"loop": LOOP})
+    proc = whole.snakemake("results/loop/run.json")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    record, again = stopped.json("results/loop/run.json"), whole.json("results/loop/run.json")
+    assert record["weights_sha256"] == again["weights_sha256"]
+    assert record["user_code"]["script"] == "train_digits.py" and record["user_code"]["build"] is None
+    assert [row["epoch"] for row in record["history"]] == [0, 1, 2, 3, 4] and record["history"][-1]["val_accuracy"] > 0.8
+    check = whole.json("results/loop/model-check.json")
+    assert check["script"] == "train_digits.py" and check["summary"].startswith("compiles")
+    # a script that never calls run.finish(), and one that does not parse (named by the check, before training)
+    broken = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "unfinished": {**LOOP, "epochs": 1, "model": {**LOOP["model"], "script": "unfinished.py"}},
+        "unparsed": {**LOOP, "model": {**LOOP["model"], "script": "unparsed.py"}}})
+    folder = broken.root / "examples/training-script"
+    text = (folder / "train_digits.py").read_text()
+    (folder / "unfinished.py").write_text(text.replace("run.finish()", "print('done')"))
+    (folder / "unparsed.py").write_text(text.replace("for epoch in run.epochs_to_run():", "for epoch in run.epochs_to_run()"))
+    _chown_tree(folder, hpc_user.uid, hpc_user.gid)
+    failed = broken.snakemake("--keep-going")
+    assert failed.returncode != 0
+    unfinished = (broken.root / "logs/train/unfinished.log").read_text()
+    assert "the training script unfinished.py ended without calling run.finish()" in unfinished, unfinished[-3000:]
+    unparsed = (broken.root / "logs/check_model/unparsed.log").read_text()
+    assert re.search(r"unparsed\.py, line \d+: .*\(the training script\)", unparsed), unparsed[-3000:]
+    assert not (broken.root / "logs/train/unparsed.log").exists()
+    for name in ("unfinished", "unparsed"):
+        assert not (broken.root / f"results/{name}/run.json").exists() and not (
+            broken.root / f"results/{name}/model.keras").exists()
+    assert broken.processes() == []

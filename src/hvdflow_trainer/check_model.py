@@ -4,13 +4,15 @@
 The train rule waits for it (a local rule: under Slurm it fails on the login node in seconds, not after queueing).
 It names a syntax error (file and line), a missing module or function, a signature that does not take the arguments,
 parameters the function does not accept, a value that is not a Keras model, an output shape that does not match the
-classes, and an op without a deterministic kernel; it writes what it built to ``--out``.
+classes, and an op without a deterministic kernel; it writes what it built to ``--out``. A training script
+(``--model-script``) is compiled, not run: a syntax error is named with its file and line.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional
+import os
+from typing import Dict, List, Optional
 
 from hvdflow_index import read_index, write_json
 
@@ -29,18 +31,35 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     user = user_code.user_model_of(args)
     if user is None:
-        parser.error("--model-code and --model-build name the model to check")
-    index = read_index(args.dataset)
-    from .keras.models import check_user_model  # the framework, once the options are read
-
+        parser.error("--model-code and --model-build (or --model-script) name the model to check")
     try:
-        built = check_user_model(user, index["feature_shape"], int(index["num_classes"]),  # type: ignore[arg-type,call-overload]
-                                 index["task"] == "multi-label", args.seed, not args.no_op_determinism)
+        if user.script:
+            built = check_script(user.code, user.script)
+        else:
+            index = read_index(args.dataset)
+            from .keras.models import check_user_model  # the framework, once the options are read
+
+            built = check_user_model(user, index["feature_shape"], int(index["num_classes"]),  # type: ignore[arg-type,call-overload]
+                                     index["task"] == "multi-label", args.seed, not args.no_op_determinism)
+            built["summary"] = "builds a model of %d parameters, output %s" % (built["parameters"],
+                                                                              built["output_shape"])
     except user_code.UserCodeError as exc:
         user_code.exit_naming(exc)
     write_json(args.out, built)
-    print("hvdflow: %s builds a model of %d parameters, output %s" % (user.build, built["parameters"],
-                                                                    built["output_shape"]), flush=True)
+    print("hvdflow: %s %s" % (user.script or user.build, built["summary"]), flush=True)
+
+
+def check_script(code: str, script: str) -> Dict[str, object]:
+    """A training script compiled (not run): UserCodeError naming its file and line where it does not parse."""
+    path = os.path.join(code, script)
+    with open(path, "rb") as handle:
+        source = handle.read()
+    try:
+        compile(source, path, "exec")
+    except SyntaxError as exc:
+        raise user_code.UserCodeError("%s, line %s: %s (the training script)" % (exc.filename, exc.lineno, exc.msg)) \
+            from None
+    return {"script": script, "summary": "compiles (%d lines); it runs its own loop" % source.count(b"\n")}
 
 
 if __name__ == "__main__":

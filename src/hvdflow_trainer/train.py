@@ -66,7 +66,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     os.makedirs(args.checkpoint_dir, exist_ok=True)
     flag = StopFlag()
     flag.install()  # before TensorFlow loads (seconds): a signal then is kept, not lost
-    from .keras.fit import train  # the framework's folder, loaded after the handler is in place
+    if args.model_script:
+        from .script import run_script as train  # the user's own loop, with hvdflow's script API
+    else:
+        from .keras.fit import train  # the framework's folder, loaded after the handler is in place
 
     try:
         train(args, flag)

@@ -39,12 +39,15 @@ class UserModelRef(NamedTuple):
     params: Dict[str, Any]
     loss: Optional[str] = None
     metrics: Optional[str] = None
+    script: str = ""
+    """A training script of the folder (its own loop, :mod:`hvdflow_trainer.script`) in place of ``build``."""
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     """The options that name a user's model (``--model user``)."""
     parser.add_argument("--model-code", default="", help="the user's code folder (--model user)")
     parser.add_argument("--model-build", default="", help="module:function that builds the model")
+    parser.add_argument("--model-script", default="", help="a training script of the folder, in place of a build")
     parser.add_argument("--model-params", default="{}", help="JSON object: the build function's keyword arguments")
     parser.add_argument("--model-loss", default=None, help="module:function returning the loss")
     parser.add_argument("--model-metrics", default=None, help="module:function returning the metrics")
@@ -55,7 +58,7 @@ def user_model_of(args: argparse.Namespace) -> Optional[UserModelRef]:
     if not getattr(args, "model_code", ""):
         return None
     return UserModelRef(args.model_code, args.model_build, json.loads(args.model_params), args.model_loss,
-                        args.model_metrics)
+                        args.model_metrics, args.model_script)
 
 
 def load_function(code: str, ref: str) -> Callable[..., Any]:
@@ -75,7 +78,7 @@ def load_function(code: str, ref: str) -> Callable[..., Any]:
                             % (ref, module_name, exc.name)) from None
     except Exception as exc:  # the module's own code failed on import: name it, with the user's line
         raise UserCodeError("%s: importing %s failed: %s: %s%s"
-                            % (ref, module_name, type(exc).__name__, exc, _user_frame(exc, code))) from None
+                            % (ref, module_name, type(exc).__name__, exc, user_frame(exc, code))) from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise UserCodeError("%s: %s has no function %s" % (ref, getattr(module, "__file__", module_name), function_name))
@@ -98,10 +101,10 @@ def call(function: Callable[..., Any], ref: str, code: str, **arguments: Any) ->
     except UserCodeError:
         raise
     except Exception as exc:
-        raise UserCodeError("%s raised %s: %s%s" % (ref, type(exc).__name__, exc, _user_frame(exc, code))) from None
+        raise UserCodeError("%s raised %s: %s%s" % (ref, type(exc).__name__, exc, user_frame(exc, code))) from None
 
 
-def _user_frame(exc: BaseException, code: str) -> str:
+def user_frame(exc: BaseException, code: str) -> str:
     """`` (at FILE, line N)`` of the innermost frame of the traceback in the user's folder, or nothing."""
     where = ""
     frame = exc.__traceback__

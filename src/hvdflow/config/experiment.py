@@ -77,6 +77,11 @@ class TrainSpec:
 
         if self.elastic is not None:
             self._check_elastic()
+        if isinstance(self.model, Mapping) and self.model.get("script"):
+            if self.elastic is not None or self.strategy != "allreduce":
+                raise LaunchError(f"a training script ({self.model['script']}) runs its own loop: hvdflow gives it the "
+                                  "fixed-size allreduce set-up only (leave elastic and strategy out, or give model.build "
+                                  "for hvdflow's loop)")
 
     def _check_elastic(self) -> None:
         low, high = self.min_ranks, self.max_ranks

@@ -42,27 +42,41 @@ def tree_sha256(files: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class UserModel:
-    """An experiment's own Keras model: ``build`` (``module:function``) in the folder ``code``, called with
-    ``params``; ``loss`` and ``metrics`` (``module:function``) replace hvdflow's for the task where given."""
+    """An experiment's own code: a Keras model that ``build`` (``module:function``) in the folder ``code`` returns,
+    called with ``params``, ``loss`` and ``metrics`` (``module:function``) replacing hvdflow's for the task where
+    given; or a training ``script`` of that folder that runs its own loop with hvdflow's script API
+    (:mod:`hvdflow_trainer.script`), ``params`` its ``run.params``."""
 
     code: Path
-    build: str
+    build: Optional[str]
     params: Mapping[str, Any] = field(default_factory=dict)
     loss: Optional[str] = None
     metrics: Optional[str] = None
+    script: Optional[str] = None
 
     @classmethod
     def from_config(cls, where: str, value: Mapping[str, Any], root: Path) -> "UserModel":
         """The model of a validated ``experiments.<name>.model`` mapping, its folder resolved against ``root`` (the
-        workflow's); ConfigError naming ``where`` if the folder is not there."""
+        workflow's); ConfigError naming ``where`` if the folder, the build function's module or the script is not
+        there."""
         code = code_folder(f"{where}.code", str(value["code"]), root)
-        check_module(f"{where}.build", code, str(value["build"]))
-        return cls(code, str(value["build"]), dict(value.get("params") or {}), value.get("loss"), value.get("metrics"))
+        script = value.get("script")
+        if script is None:
+            check_module(f"{where}.build", code, str(value["build"]))
+        elif not (code / str(script)).is_file():
+            raise ConfigError(f"{where}.script: {script} is not a file of {code}")
+        return cls(code, value.get("build"), dict(value.get("params") or {}), value.get("loss"), value.get("metrics"),
+                   None if script is None else str(script))
+
+    @property
+    def entry(self) -> str:
+        """What runs: the build function (``module:function``) or the script (its path in the folder)."""
+        return str(self.script or self.build)
 
     def trainer_args(self) -> list[str]:
         """The trainer's options that name this model (:mod:`hvdflow_trainer.user_code`)."""
-        return (["--model-code", str(self.code), "--model-build", self.build,
-                 "--model-params", json.dumps(dict(self.params), sort_keys=True)]
+        runs = ["--model-script", str(self.script)] if self.script else ["--model-build", str(self.build)]
+        return (["--model-code", str(self.code), *runs, "--model-params", json.dumps(dict(self.params), sort_keys=True)]
                 + (["--model-loss", self.loss] if self.loss else [])
                 + (["--model-metrics", self.metrics] if self.metrics else []))
 

@@ -68,7 +68,7 @@ def _user_code(spec: Mapping[str, Any]) -> Optional[dict[str, Any]]:
         return None
     user = UserModel.from_config("model", model, Path.cwd())
     files = user.files()
-    return {"folder": str(model["code"]), "path": str(user.code), "build": user.build, "files": files,
+    return {"folder": str(model["code"]), "path": str(user.code), "build": user.build, "script": user.script, "files": files,
             "tree_sha256": tree_sha256(files), "git": _git_revision(user.code)}
 
 

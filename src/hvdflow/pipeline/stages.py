@@ -206,7 +206,7 @@ def check_user_model(runtime: Runtime, user: UserModel, dataset_dir: Path, out_f
                *user.trainer_args()] + ([] if deterministic else ["--no-op-determinism"])
     try:
         run_one(runtime, command, [user.code, dataset_dir, out_file.parent], log, timeout,
-                f"checking the model {user.build} of {user.code}")
+                f"checking the model {user.entry} of {user.code}")
     except LaunchError:
         said = user_code_error(log.read_text(errors="replace")) if log.exists() else None
         if said is None:

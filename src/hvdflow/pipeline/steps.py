@@ -205,7 +205,7 @@ def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Map
                                  Path(input.index).parent.resolve(), Path(output.check).resolve(),
                                  Path(log[0]).resolve().with_suffix(".run.log"), profile.step_timeout,
                                  spec.deterministic)
-        print(f"hvdflow: {user.build} of {user.code}: {built['parameters']} parameters, output {built['output_shape']}")
+        print(f"hvdflow: {user.entry} of {user.code}: {built['summary']}")
 
 
 def evaluate_rule(input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],

@@ -24,7 +24,7 @@ def evaluate(model_path: str, dataset_dir: str, batch_size: int, user: Optional[
     if index["task"] not in TASKS:
         raise ValueError("%s has task %r; evaluate supports %s" % (dataset_dir, index["task"], ", ".join(TASKS)))
     paths = verified_shards(dataset_dir, index, "test")
-    if user is not None:
+    if user is not None and user.build:  # a script's model is saved as Keras layers it needs no module for
         load_function(user.code, user.build)
     model = tf.keras.models.load_model(model_path, compile=False)
     data = tf.data.TFRecordDataset(paths).map(parse_fn(index)).batch(batch_size)
