@@ -50,6 +50,32 @@ def test_bad_benchmark_keys_are_named(section: dict[str, Any], message: str) -> 
         benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], **section})
 
 
+def test_a_users_model_is_measured_under_its_own_name_on_the_data_shape_the_config_gives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "cnn.py").write_text("def build(input_shape, num_classes, multi_label, filters=8):\n    pass\n")
+    unet = {"code": "mine", "build": "cnn:build", "params": {"filters": 4}, "input_shape": [16, 16, 3],
+            "num_classes": 5}
+    section = {"image": "hvdflow-cpu", "models": ["mlp", "unet"], "ranks": [2], "allreduce": False,
+               "user_models": {"unet": unet}}
+    spec = benchmark_spec(section)
+    assert [m.name for m in spec.measurements()] == ["mlp-r2-n1-udocker-0", "unet-r2-n1-udocker-0",
+                                                     "mlp-r2-n1-udocker-1", "unet-r2-n1-udocker-1",
+                                                     "mlp-r2-n1-udocker-2", "unet-r2-n1-udocker-2"]
+    assert spec.program_args("unet")[:12] == [
+        "--kind", "user", "--model-code", str(tmp_path / "mine"), "--model-build", "cnn:build", "--model-params",
+        '{"filters": 4}', "--input-shape", "16", "16", "3"]
+    assert spec.program_args("unet")[12:14] == ["--num-classes", "5"] and "--multi-label" not in spec.program_args("unet")
+    assert spec.read_paths("unet") == [tmp_path / "mine"] and spec.read_paths("mlp") == []
+    with pytest.raises(ConfigError, match=r"benchmark\.models: 'vgg' is not one of mlp, small-cnn, resnet50, unet"):
+        benchmark_spec({**section, "models": ["vgg"]})
+    with pytest.raises(ConfigError, match=r"benchmark\.user_models\.mlp: name it in lower-case letters"):
+        benchmark_spec({**section, "user_models": {"mlp": unet}})
+    with pytest.raises(ConfigError, match=r"benchmark\.user_models\.unet\.build: other:build: no module other"):
+        benchmark_spec({**section, "user_models": {"unet": {**unet, "build": "other:build"}}})
+
+
 def test_bus_bandwidth_is_nccl_tests_convention_and_iterations_stay_bounded() -> None:
     assert bus_bandwidth(1000, 1.0, 2) == 1000.0
     assert bus_bandwidth(1000, 1.0, 4) == 1500.0

@@ -95,7 +95,7 @@ def test_the_error_line_goes_from_the_trainer_to_the_host() -> None:
 
 
 def test_both_sides_name_a_users_model_alike() -> None:
-    assert host.USER_MODEL == models.USER_MODEL
+    assert host.USER_MODEL == models.USER_MODEL == user_code.USER_MODEL
 
 
 def test_the_config_names_the_folder_and_module_before_any_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

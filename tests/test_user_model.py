@@ -16,7 +16,7 @@ import pytest
 
 from conftest import HpcUser, Registry, _chown_tree
 from hvdflow.config.user_code import code_files, tree_sha256
-from pipeline_run import Pipeline, configured_pipeline
+from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, read_table
 from test_user_reader import write_npy_folder
 from tfrecord_read import records
 
@@ -214,3 +214,19 @@ def test_the_script_example_stops_together_on_ctrl_c_resumes_to_an_uninterrupted
         assert not (broken.root / f"results/{name}/run.json").exists() and not (
             broken.root / f"results/{name}/model.keras").exists()
     assert broken.processes() == []
+
+
+def test_the_benchmark_measures_a_users_model_under_its_own_name(demo: Pipeline, hpc_user: HpcUser,
+                                                                  registry: Registry, udocker_dir: Path) -> None:
+    """Issue 28: a user's model is a model the benchmark target measures (the example CNN on synthetic digits)."""
+    mine = {"code": "examples/keras-model", "build": "cnn:build", "params": {"filters": 4}, "input_shape": [8, 8, 1],
+            "num_classes": 10}
+    pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, demo, models=["mine"], ranks=[2], repetitions=1,
+                                  allreduce=False, user_models={"mine": mine})
+    proc = pipeline.snakemake("benchmark")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    table = read_table(pipeline)
+    assert float(table[("mine", 2, 1, "udocker", "samples_per_second", 0)]["mean"]) > 0
+    measured = pipeline.json("results/benchmark/measurements/mine-r2-n1-udocker-0.json")
+    assert measured["ranks"] == 2 and measured["parameters"] > 0
+    assert pipeline.processes() == []

@@ -27,6 +27,9 @@ from typing import Dict, List, Optional, Tuple
 
 from hvdflow_index import write_json
 
+from . import user_code
+from .user_code import USER_MODEL
+
 SHAPES: Dict[str, Tuple[Tuple[int, ...], int, bool]] = {
     "mlp": ((8, 8, 1), 10, False),  # scikit-learn's digits, the demo's data
     "small-cnn": ((120, 120, 12), 19, True),  # a BigEarthNet-S2 patch, 12 bands at 120x120, 19 classes
@@ -68,7 +71,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     """Command-line entry point of every rank."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True, help="folder of rank 0's result.json")
-    parser.add_argument("--kind", required=True, choices=sorted(SHAPES) + [ALLREDUCE])
+    parser.add_argument("--kind", required=True, choices=sorted(SHAPES) + [ALLREDUCE, USER_MODEL],
+                        help="a built-in model, the allreduce sweep, or user: a user's model (--model-code, "
+                             "--model-build, --input-shape, --num-classes)")
+    parser.add_argument("--input-shape", type=int, nargs=3, help="user: H W C of the synthetic batch")
+    parser.add_argument("--num-classes", type=int, help="user: the classes of the synthetic labels")
+    parser.add_argument("--multi-label", action="store_true", help="user: multi-hot labels")
+    user_code.add_options(parser)
     parser.add_argument("--launched", type=float, required=True, help="Unix time the launcher started the ranks")
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--hidden-units", type=int, default=64)

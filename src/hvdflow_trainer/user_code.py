@@ -18,6 +18,10 @@ from typing import Any, Callable, Dict, NamedTuple, NoReturn, Optional
 
 from hvdflow_wire.user_code import USER_CODE_ERROR, USER_CODE_EXIT
 
+USER_MODEL = "user"
+"""``--model`` (and the benchmark's ``--kind``) of a user's own model (``hvdflow.config.user_code.USER_MODEL``; a
+test compares them)."""
+
 
 class UserCodeError(Exception):
     """The user's code cannot be loaded, or a function of it cannot be called as hvdflow calls it, or returns what

@@ -21,7 +21,11 @@ PROFILE, CATALOG, BENCHMARK = _CHECKED.profile, _CHECKED.catalog, _CHECKED.bench
 # Ctrl-C reaches the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they checkpoint
 supervise.watch_interrupts()
 
-BENCHMARK_KINDS = list(MODELS) + [ALLREDUCE]
+BENCHMARK_KINDS = (
+    list(MODELS)
+    + ([] if BENCHMARK is None else list(BENCHMARK.user_models))
+    + [ALLREDUCE]
+)
 BENCHMARK_PLOTS = ["throughput", "efficiency", "runtime_ratio", "allreduce"]
 
 

@@ -7,10 +7,13 @@ repetition. Every key is checked here, naming it, before any job starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from hvdflow.config.profile import RUNTIMES
+from hvdflow.config.user_code import USER_MODEL, UserModel
 from hvdflow.errors import ConfigError
 
 MODELS = ("mlp", "small-cnn", "resnet50")
@@ -38,6 +41,22 @@ class Measurement:
 
 
 @dataclass(frozen=True)
+class BenchmarkedUserModel:
+    """A user's own model the benchmark measures (``benchmark.user_models.<name>``): the model, and the shape, classes
+    and task of the synthetic data it is timed on."""
+
+    model: UserModel
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    multi_label: bool
+
+    def program_args(self) -> list[str]:
+        """The benchmark program's options that name the model and its data."""
+        return ["--kind", USER_MODEL, *self.model.trainer_args(), "--input-shape", *map(str, self.input_shape),
+                "--num-classes", str(self.num_classes)] + (["--multi-label"] if self.multi_label else [])
+
+
+@dataclass(frozen=True)
 class BenchmarkSpec:
     """The validated ``benchmark:`` section."""
 
@@ -53,6 +72,7 @@ class BenchmarkSpec:
     steps: int
     allreduce: bool
     allreduce_sizes_kib: tuple[int, ...]
+    user_models: Mapping[str, BenchmarkedUserModel] = field(default_factory=dict)
 
     def measurements(self) -> list[Measurement]:
         """Every launch, listed repetition by repetition with the runtimes side by side within one (Snakemake picks
@@ -72,8 +92,13 @@ class BenchmarkSpec:
         """The benchmark program's options for ``kind`` (the launcher adds ``--out``, ``--launched``, ``--threads``)."""
         if kind == ALLREDUCE:
             return ["--kind", kind, "--sizes-kib", *(str(s) for s in self.allreduce_sizes_kib)]
-        return ["--kind", kind, "--batch-size", str(self.batch_size), "--hidden-units", str(self.hidden_units),
+        model = self.user_models[kind].program_args() if kind in self.user_models else ["--kind", kind]
+        return [*model, "--batch-size", str(self.batch_size), "--hidden-units", str(self.hidden_units),
                 "--warmup-steps", str(self.warmup_steps), "--steps", str(self.steps)]
+
+    def read_paths(self, kind: str) -> list[Path]:
+        """The host folders ``kind``'s ranks read: a user's model's code folder."""
+        return [self.user_models[kind].model.code] if kind in self.user_models else []
 
 
 def _ints(key: str, value: Any, minimum: int) -> tuple[int, ...]:
@@ -101,11 +126,29 @@ def _names(key: str, value: Any, known: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
+def _user_models(section: Mapping[str, Any]) -> dict[str, BenchmarkedUserModel]:
+    """``benchmark.user_models``, each checked (a name a measurement's file can carry, none of hvdflow's, the
+    folder and module there: :class:`UserModel`)."""
+    found = {}
+    for name, entry in (section.get("user_models") or {}).items():
+        where = f"benchmark.user_models.{name}"
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(name)) or name in (*MODELS, ALLREDUCE, USER_MODEL):
+            raise ConfigError(f"{where}: name it in lower-case letters, digits and '-', other than "
+                              f"{', '.join((*MODELS, ALLREDUCE, USER_MODEL))} (it names the measurement's files)")
+        model = UserModel.from_config(where, {key: entry[key] for key in ("code", "build", "params") if key in entry},
+                                      Path.cwd())
+        shape = tuple(int(n) for n in entry["input_shape"])
+        found[str(name)] = BenchmarkedUserModel(model, shape, int(entry["num_classes"]),  # type: ignore[arg-type]
+                                                bool(entry.get("multi_label", False)))
+    return found
+
+
 def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
     """The config's ``benchmark:`` section, checked; ConfigError naming the key at fault."""
+    user_models = _user_models(section)
     spec = BenchmarkSpec(
         image=str(section.get("image", "")),
-        models=_names("models", section.get("models"), MODELS),
+        models=_names("models", section.get("models"), MODELS + tuple(user_models)),
         ranks=_ints("ranks", section.get("ranks"), 1),
         nodes=_ints("nodes", section.get("nodes", [1]), 1),
         runtimes=_names("runtimes", section.get("runtimes", ["udocker"]), RUNTIMES),
@@ -117,6 +160,7 @@ def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
         allreduce=bool(section.get("allreduce", True)),
         allreduce_sizes_kib=_ints("allreduce_sizes_kib", section.get("allreduce_sizes_kib", [1, 64, 1024, 16384, 65536]),
                                   1),
+        user_models=user_models,
     )
     if not spec.image:
         raise ConfigError("benchmark.image: name the catalogue's image the benchmark runs in")

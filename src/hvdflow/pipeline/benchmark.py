@@ -48,7 +48,7 @@ def measure(runtime: Runtime, launcher: str, spec: BenchmarkSpec, measurement: M
         launched = time.time()
         job = TrainingJob([*spec.program_args(measurement.kind), "--threads", str(cpus.threads), "--launched",
                            repr(launched)], measurement.ranks, measurement.nodes, None, work, logs_dir,
-                          module="hvdflow_trainer.benchmark")
+                          module="hvdflow_trainer.benchmark", read_paths=spec.read_paths(measurement.kind))
         launch(runtime, LaunchRequest(job, launcher, cpus, slurm=slurm, iface=iface, timeout=timeout, progress=progress))
         result_file = work / "rank-0.json"
         if not result_file.exists():

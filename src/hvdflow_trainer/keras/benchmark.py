@@ -11,13 +11,18 @@ import time
 from typing import Dict, List
 
 from ..benchmark import ALLREDUCE, SHAPES, TCP_BYTES, TCP_CHUNK, bus_bandwidth, interface_address, iterations_for
+from ..user_code import user_model_of
 
 
 def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
     """Train ``args.kind`` on one repeated synthetic batch; the times of the first, warm-up and last steps."""
-    from .models import build_model, sgd
+    from .models import build_model, loss_and_metrics, sgd
 
-    shape, classes, multi = SHAPES[args.kind]
+    user = user_model_of(args)
+    if user is not None:  # a user's model, on synthetic data of the shape and classes the config gives
+        shape, classes, multi = tuple(args.input_shape), int(args.num_classes), bool(args.multi_label)
+    else:
+        shape, classes, multi = SHAPES[args.kind]
     rng = __import__("numpy").random.default_rng(args.seed + hvd.rank())
     x = rng.standard_normal((args.batch_size,) + shape).astype("float32")
     if multi:
@@ -28,9 +33,9 @@ def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # typ
         loss = "sparse_categorical_crossentropy"
     steps = args.warmup_steps + args.steps
     data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
-    model = build_model(args.kind, shape, classes, multi, args.hidden_units)
+    model = build_model(args.kind, shape, classes, multi, args.hidden_units, user)
     optimizer = hvd.DistributedOptimizer(sgd(0.01 * hvd.size(), 0.9))
-    model.compile(optimizer=optimizer, loss=loss)
+    model.compile(optimizer=optimizer, loss=loss_and_metrics(user, classes, multi)[0] if user else loss)
     ends: List[float] = []
 
     class StepTimes(tf.keras.callbacks.Callback):  # type: ignore[misc]

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..user_code import UserCodeError, UserModelRef, call, load_function
+from ..user_code import USER_MODEL, UserCodeError, UserModelRef, call, load_function
 
 MODELS = ("mlp", "small-cnn", "resnet50")
-USER_MODEL = "user"
-"""``--model`` of a user's own model (``hvdflow.config.user_code.USER_MODEL``; a test compares them)."""
 BUILD_ARGUMENTS = ("input_shape", "num_classes", "multi_label")
 """What hvdflow passes every build function, beside the experiment's ``params``."""
 CNN_FILTERS = (32, 64, 128)
