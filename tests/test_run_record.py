@@ -80,7 +80,8 @@ def _local_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     out.mkdir()
     (out / "history.csv").write_text("epoch,loss\n0,1.0\n")
     spec = {"dataset": "d", "seed": 1, "epochs": 1}
-    config = {"datasets": {"d": {"seed": 2}}, "catalog": "containers/catalog.yaml", "lock": "containers/images.lock.yaml"}
+    config = {"datasets": {"d": {"source": "sklearn-digits", "seed": 2}}, "catalog": "containers/catalog.yaml",
+              "lock": "containers/images.lock.yaml"}
     record = run_record("e", spec, config, profile, image, index, out, tmp_path / "logs", [_rank(0), _rank(1)], 0.0, 1.0)
     record["attempts"] = [{"attempt": 1, "slurm_job_id": None, "slurm_restart_count": None, "host": "h",
                            "start_unix": 0.0, "plan": "p", "from": "the start", "outcome": "completed"}]

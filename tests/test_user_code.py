@@ -137,19 +137,29 @@ def test_a_rerun_puts_the_recorded_code_back_or_refuses_the_file_that_changed(tm
     (workdir / "mymodels").mkdir(parents=True)
     (workdir / "mymodels" / "net.py").write_text("def build(**kw): pass\n")
     files = code_files(workdir / "mymodels")
-    record = {"user_code": {"folder": "mymodels", "files": files}}
-    assert restore_user_code({"user_code": None}, workdir, into) is None
-    # git does not hold it: copied from the run's working directory, every file checked
-    assert restore_user_code(record, workdir, into) == f"mymodels copied from {workdir}, sha256 checked"
-    assert code_files(into / "mymodels") == files
+    (workdir / "readers").mkdir()
+    (workdir / "readers" / "mine.py").write_text("def read(path, item): pass\n")
+    readers = code_files(workdir / "readers")
+    record = {"user_code": {"folder": "mymodels", "files": files}, "reader_code": {"folder": "readers", "files": readers}}
+    assert restore_user_code({"user_code": None, "reader_code": None}, workdir, into) == []
+    # git does not hold them: copied from the run's working directory, every file checked
+    assert restore_user_code(record, workdir, into) == [f"model code: mymodels copied from {workdir}, sha256 checked",
+                                                        f"reader code: readers copied from {workdir}, sha256 checked"]
+    assert code_files(into / "mymodels") == files and code_files(into / "readers") == readers
     # the worktree already holds the recorded bytes (the commit had them): nothing copied
-    assert restore_user_code(record, workdir, into) == "mymodels from the recorded commit, sha256 checked"
+    assert restore_user_code(record, workdir, into) == ["model code: mymodels from the recorded commit, sha256 checked",
+                                                        "reader code: readers from the recorded commit, sha256 checked"]
     (workdir / "mymodels" / "net.py").write_text("def build(**kw): return 1\n")
     (into / "mymodels" / "net.py").unlink()
     with pytest.raises(RerunRefused, match=rf"^{workdir}/mymodels/net.py: sha256 [0-9a-f]{{64}}, but the record says "
                                            rf"{files['net.py']}: the model code changed since the run"):
         restore_user_code(record, workdir, into)
     assert not (into / "mymodels" / "net.py").exists()
+    (workdir / "readers" / "mine.py").unlink()
+    (into / "readers" / "mine.py").unlink()
+    with pytest.raises(RerunRefused, match=rf"^{workdir}/readers/mine.py: a file of the recorded reader code is "
+                                           r"missing: the reader code changed since the run"):
+        restore_user_code({"reader_code": record["reader_code"]}, workdir, into)
 
 
 def _script_args(code: Path, script: str) -> argparse.Namespace:

@@ -156,6 +156,10 @@ def test_the_reader_example_prepares_in_one_or_two_chunks_to_the_same_records_an
         assert split_records("npy1", split) == split_records("npy2", split), split
     one, two = pipeline.json("results/one/run.json"), pipeline.json("results/two/run.json")
     assert one["weights_sha256"] == two["weights_sha256"]
+    # the reader's files are recorded, as a model's are, for hvdflow rerun to put back or refuse
+    assert one["reader_code"]["folder"] == "examples/npy-reader" and set(one["reader_code"]["files"]) == {"npy_labels.py"}
+    assert one["reader_code"]["tree_sha256"] == indexes["npy1"]["spec"]["source"]["tree_sha256"]
+    assert one["user_code"] is None
 
 
 LOOP = {"dataset": "digits", "image": "hvdflow-cpu", "ranks": 2, "epochs": 5, "batch_size": 32, "learning_rate": 0.01,

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow import __version__, code_location
+from hvdflow.config.datasets import USER_READER, source_name
 from hvdflow.config.profile import ClusterProfile
-from hvdflow.config.user_code import UserModel, tree_sha256
+from hvdflow.config.user_code import UserModel, code_files, tree_sha256
 from hvdflow.files.cache import sha256_file
 from hvdflow.images.lockfile import read_lock
 from hvdflow.launch.elastic import read_events, timeline
@@ -59,17 +60,31 @@ def _git_revision(directory: Path) -> dict[str, Any]:
                 "note": f"{directory} is not a git checkout"}
 
 
+def _code_as_it_ran(folder: str, path: Path) -> dict[str, Any]:
+    """A folder of the user's code as it ran: the folder as the config names it, where it was, every file's sha256,
+    their tree hash, and the git state of the checkout holding it (a folder inside the workflow's checkout is covered
+    by its commit)."""
+    files = code_files(path)
+    return {"folder": folder, "path": str(path), "files": files, "tree_sha256": tree_sha256(files),
+            "git": _git_revision(path)}
+
+
 def _user_code(spec: Mapping[str, Any]) -> Optional[dict[str, Any]]:
-    """A user's own model's code as it ran: its folder, every file's sha256, their tree hash, and the git state of
-    the checkout holding it (a folder inside the workflow's checkout is covered by its commit); None for a built-in
+    """A user's own model's or training script's code as it ran (:func:`_code_as_it_ran`); None for a built-in
     model."""
     model = spec.get("model")
     if not isinstance(model, Mapping):
         return None
     user = UserModel.from_config("model", model, Path.cwd())
-    files = user.files()
-    return {"folder": str(model["code"]), "path": str(user.code), "build": user.build, "script": user.script, "files": files,
-            "tree_sha256": tree_sha256(files), "git": _git_revision(user.code)}
+    return {**_code_as_it_ran(str(model["code"]), user.code), "build": user.build, "script": user.script}
+
+
+def _reader_code(dataset: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The dataset's own reader's code as it ran (:func:`_code_as_it_ran`); None for a built-in source."""
+    if source_name(dataset) != USER_READER:
+        return None
+    folder = str(dataset["source"]["code"])
+    return _code_as_it_ran(folder, Path(folder).resolve())
 
 
 def jsonable(value: Any) -> Any:
@@ -169,6 +184,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "launcher": profile.launcher,
         "code": {**_git_revision(code_location()), "hvdflow_source": str(code_location())},
         "user_code": _user_code(spec),
+        "reader_code": _reader_code(config["datasets"][spec["dataset"]]),
         "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
         "versions": {"tensorflow": results[0].tensorflow, "horovod": results[0].horovod,
                      "python_in_runtime": results[0].python, "python_host": platform.python_version(),
