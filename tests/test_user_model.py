@@ -88,6 +88,12 @@ BAD = {
                     "    return tf.keras.Model(inputs, tf.keras.layers.Dense(3)(tf.keras.layers.Flatten()(inputs)))\n"),
     "needs.py": "import surely_not_in_the_image\n\ndef build(**kw):\n    return None\n",
     "nofn.py": "def make(**kw):\n    return None\n",
+    "fractional.py": ("import tensorflow as tf\n\ndef build(input_shape, num_classes, multi_label):\n"
+                      "    inputs = tf.keras.Input(shape=input_shape)\n"
+                      "    pooled = tf.keras.layers.Lambda(\n"
+                      "        lambda x: tf.nn.fractional_max_pool(x, [1.0, 1.44, 1.44, 1.0])[0])(inputs)\n"
+                      "    flat = tf.keras.layers.Flatten()(pooled)\n"
+                      "    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, 'softmax')(flat))\n"),
 }
 CASES = {  # experiment: (module:function, params, what the check says)
     "syntax": ("syntax:build", {}, "bad/syntax.py, line 2: "),
@@ -98,6 +104,8 @@ CASES = {  # experiment: (module:function, params, what the check says)
                                       "needs 10 units"),
     "needs": ("needs:build", {}, "module needs imports surely_not_in_the_image, which the image does not have"),
     "nofn": ("nofn:build", {}, "bad/nofn.py has no function build"),
+    "nondeterministic": ("fractional:build", {}, "fractional:build: an op of the model has no deterministic form: "
+                                                 "tf.nn.fractional_max_pool requires a non-zero seed"),
 }
 
 

@@ -153,7 +153,14 @@ def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int,
     tf.keras.utils.set_random_seed(seed)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-    model = build_user_model(user, tuple(int(n) for n in shape), num_classes, multi_label)
+    try:
+        model = build_user_model(user, tuple(int(n) for n in shape), num_classes, multi_label)
+    except UserCodeError as exc:  # ops that refuse op determinism when called (on CPU most do it then)
+        said = [line.strip() for line in str(exc).splitlines() if "determinism is enabled" in line]
+        if deterministic and said:
+            raise UserCodeError("%s: an op of the model has no deterministic form: %s (set deterministic: false in "
+                                "the experiment to train it without op determinism)" % (user.build, said[0])) from None
+        raise
     loss, metrics = loss_and_metrics(user, num_classes, multi_label)
     model.compile(optimizer=sgd(0.01, 0.9), loss=loss, metrics=metrics)
     x = np.zeros((2, *shape), dtype=np.float32)
