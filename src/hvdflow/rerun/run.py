@@ -115,8 +115,9 @@ def rerun(request: RerunRequest) -> Comparison:
           + (" with the recorded uncommitted changes" if checkout.diff_applied else ""), flush=True)
     if checkout.note:
         print(f"hvdflow rerun: note: {checkout.note}", flush=True)
-    for restored in restore_user_code(record, workdir, into):
-        print(f"hvdflow rerun: {restored}", flush=True)
+    restored = restore_user_code(record, workdir, into)
+    for line in restored:
+        print(f"hvdflow rerun: {line}", flush=True)
     settings = recreate(record, into, NO_REGISTRY if request.image_archive else request.registry)
     image = record["image"]["name"]
     if request.image_archive is not None:
