@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import ast
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from hvdflow_trainer.metrics import single_label_metrics
 from hvdflow_trainer.sources.common import split_indices
 
@@ -71,3 +75,21 @@ def test_injected_failures_are_read(text: str, args: list[str]) -> None:
     from hvdflow.launch.faults import trainer_args
 
     assert trainer_args(text) == args
+
+
+def test_a_rank_that_has_ended_ignores_stop_signals_through_its_exit() -> None:
+    """Python puts its handlers back to the default action as it exits; a Ctrl-C repeated by the launcher then
+    killed a rank that had already stopped with 75 (130, seen in the suite). After ``ignore`` the signal is ignored
+    at the OS level, which the interpreter's exit leaves in place: the status stays the rank's own."""
+    code = ("import os, signal, sys\n"
+            "from hvdflow_trainer.run_control import StopFlag\n"
+            "flag = StopFlag(); flag.install()\n"
+            "if sys.argv[1] == 'ignore': flag.ignore()\n"
+            "signal.signal(signal.SIGINT, signal.SIG_DFL) if sys.argv[1] == 'default' else None\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.exit(75)\n")
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
+    ignored = subprocess.run([sys.executable, "-c", code, "ignore"], env=env, capture_output=True, timeout=60)
+    assert ignored.returncode == 75, ignored.stderr
+    default = subprocess.run([sys.executable, "-c", code, "default"], env=env, capture_output=True, timeout=60)
+    assert default.returncode == -signal.SIGINT   # what the exit's default disposition does to a late Ctrl-C

@@ -41,6 +41,17 @@ class StopFlag:
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
 
+    def ignore(self) -> None:
+        """Ignore the stop signals from now on: the run has ended (finished, or stopped after its checkpoint).
+
+        The interpreter's exit puts Python's handlers back to the default action, and a Ctrl-C repeated by the
+        launcher or the scheduler's SIGTERM in the seconds of teardown (Horovod's shutdown, TensorFlow's) then
+        killed the rank: its status 75 became 130 (seen in the suite, with udocker's wrapper reporting it; before the
+        wrapper, proot said 0). An ignored signal stays ignored through the exit.
+        """
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
     def _handle(self, signum: int, frame: object) -> None:
         if self.signal is None:
             self.signal, self.unix = signum, time.time()

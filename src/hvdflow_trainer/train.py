@@ -78,6 +78,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         sys.exit(STOPPED_EXIT)
     except user_code.UserCodeError as exc:
         user_code.exit_naming(exc)
+    finally:
+        flag.ignore()  # the run has ended: a stop signal during the exit must not change its status
 
 
 if __name__ == "__main__":
