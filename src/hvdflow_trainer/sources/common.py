@@ -67,6 +67,16 @@ def read_name_list(path: str) -> List[str]:
         raise PrepareError("cannot read the list %s: %s" % (path, exc.strerror or exc)) from None
 
 
+def as_hwc(pixels, where: str):  # type: ignore[no-untyped-def]
+    """``pixels`` as H x W x C (a 2-D array gets one channel); BadSample naming ``where`` (a file, an item) for any
+    other number of dimensions."""
+    if pixels.ndim == 2:
+        return pixels[:, :, None]
+    if pixels.ndim != 3:
+        raise BadSample(where, "has %d dimensions; expected an image (H x W or H x W x channels)" % pixels.ndim)
+    return pixels
+
+
 def natural_key(name: str) -> List[object]:
     """Sort key that orders embedded numbers by value: frame_2 before frame_10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

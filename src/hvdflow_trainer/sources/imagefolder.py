@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Tuple
 
-from .common import BadSample, PrepareError, assign_splits, natural_key, read_image
+from .common import BadSample, PrepareError, as_hwc, assign_splits, natural_key, read_image
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff")
 PIXEL_TYPES = ("uint8", "uint16", "float32")
@@ -28,14 +28,6 @@ def _visible(directory: str) -> List[os.DirEntry]:  # type: ignore[type-arg]
 def frame_paths(directory: str) -> List[str]:
     """The image files of a sequence folder, in frame order."""
     return [e.path for e in _visible(directory) if e.is_file() and e.name.lower().endswith(IMAGE_SUFFIXES)]
-
-
-def _as_hwc(pixels, path: str):  # type: ignore[no-untyped-def]
-    if pixels.ndim == 2:
-        return pixels[:, :, None]
-    if pixels.ndim != 3:
-        raise BadSample(path, "has %d dimensions; expected an image (H x W or H x W x channels)" % pixels.ndim)
-    return pixels
 
 
 def list_samples(spec: Dict[str, object]) -> Dict[str, object]:
@@ -60,7 +52,7 @@ def list_samples(spec: Dict[str, object]) -> Dict[str, object]:
     frames = frame_paths(first) if sequence else [first]
     if not frames:
         raise PrepareError("sequence folder %s has no frames" % first)
-    pixels = _as_hwc(read_image(frames[0]), frames[0])
+    pixels = as_hwc(read_image(frames[0]), frames[0])
     if str(pixels.dtype) not in PIXEL_TYPES:
         raise PrepareError("%s has pixels of type %s; supported: %s" % (frames[0], pixels.dtype, ", ".join(PIXEL_TYPES)))
     height, width, channels = pixels.shape
@@ -81,7 +73,7 @@ def reader(listing: Dict[str, object], spec: Dict[str, object]):  # type: ignore
     dtype, frames = str(listing["feature_dtype"]), listing["frames"]
 
     def read_frame(path: str):  # type: ignore[no-untyped-def]
-        pixels = _as_hwc(read_image(path), path)
+        pixels = as_hwc(read_image(path), path)
         if pixels.shape != frame_shape or str(pixels.dtype) != dtype:
             raise BadSample(path, "is %s %s; the dataset's images are %s %s" % (
                 "x".join(map(str, pixels.shape)), pixels.dtype, "x".join(map(str, frame_shape)), dtype))

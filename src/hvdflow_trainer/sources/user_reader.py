@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 from ..user_code import UserCodeError, call, load_function
-from .common import BadSample, PrepareError, assign_splits
+from .common import BadSample, PrepareError, as_hwc, assign_splits
 from .imagefolder import PIXEL_TYPES
 
 
@@ -33,6 +33,7 @@ class _Reader:
         self.list_ref = str(source.get("list") or self.read_ref.split(":", 1)[0] + ":items")
         self.path, self.options = str(spec["path"]), dict(source.get("options") or {})
         self.multi_label = source.get("task", "single-label") == "multi-label"
+        self._read = load_function(self.code, self.read_ref)  # loaded once: read is called for every item
 
     def items(self) -> Tuple[List[str], List[Tuple[str, List[int]]]]:
         """The class names and every ``(item_id, label indices)``, checked."""
@@ -64,14 +65,8 @@ class _Reader:
         """The item's array as H x W x C (a 2-D array gets one channel); BadSample naming the item otherwise."""
         import numpy as np
 
-        array = np.asarray(call(load_function(self.code, self.read_ref), self.read_ref, self.code, path=self.path,
-                                item=item, **self.options))
-        if array.ndim == 2:
-            array = array[:, :, None]
-        if array.ndim != 3:
-            raise BadSample(item, "%s returned an array of %d dimensions; expected H x W or H x W x channels"
-                            % (self.read_ref, array.ndim))
-        return array
+        return as_hwc(np.asarray(call(self._read, self.read_ref, self.code, path=self.path, item=item, **self.options)),
+                      item)
 
 
 def list_samples(spec: Dict[str, object]) -> Dict[str, object]:
