@@ -22,7 +22,7 @@ from conftest import HpcUser, Registry
 from hvdflow.images.build.image import BuiltImage
 from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
-from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, read_table
+from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, processes_naming, read_table
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
 
@@ -429,6 +429,47 @@ def test_a_time_limit_shorter_than_the_run_warns_checkpoints_and_requeues_until_
     assert output.count("rule train:") == 1, output[-8000:]  # one job for Snakemake, however often Slurm restarted it
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes_left() == []
+
+
+ORPHAN_PROGRAM = """
+import signal, subprocess, sys, time
+from hvdflow.slurm.batch_shell import end_with_batch_shell
+signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM ignored", flush=True))  # as Snakemake's handler can hang
+print("watching", end_with_batch_shell(), flush=True)
+if sys.argv[1] == "first":  # the rule's Snakemake, started through `sh -c` as the job step executor does
+    subprocess.Popen(["sh", "-c", f"{sys.executable} {sys.argv[0]} second"])
+time.sleep(600)
+"""
+
+
+def test_the_snakemakes_of_a_job_end_after_killwait_once_slurm_has_ended_their_batch_shell(
+        cluster: Any, hpc_user: HpcUser) -> None:
+    # the job's processes as the Slurm plugin starts them: the batch shell, a Python ignoring SIGTERM (Snakemake's
+    # handler can hang on a lock), and one it starts through `sh -c`. Under proctrack/linuxproc Slurm's SIGKILL does
+    # not reach them once the shell is gone (the CI failure at 1b200d6); batch_shell ends them KillWait + 10 s later.
+    folder = hpc_user.mkdir(hpc_user.tests_dir / f"batch-shell-{time.monotonic_ns()}")
+    (folder / "job.py").write_text(ORPHAN_PROGRAM)
+    script = folder / "job.sh"
+    script.write_text(f"#!/bin/sh\nexec 2>&1\n{hpc_user.venv}/bin/python {folder}/job.py first\n")
+    script.chmod(0o755)
+    job = hpc_user.run(["sbatch", "--parsable", "-o", str(folder / "job.log"), str(script)], check=True).stdout.strip()
+    pythons = str(folder / "job.py")
+    deadline = time.monotonic() + 60
+    while len(processes_naming(folder)) < 3 and time.monotonic() < deadline:  # python, sh -c, python (Slurm runs
+        time.sleep(0.5)                                                         # its own copy of job.sh)
+    assert len(processes_naming(folder)) == 3, (processes_naming(folder), (folder / "job.log").read_text())
+    hpc_user.run(["scancel", job], check=True)
+    cancelled = time.monotonic()
+    time.sleep(5 + 3)  # past the test bed's KillWait: Slurm has done all it does
+    left = [p for p in processes_naming(folder) if "python" in p]
+    assert len(left) == 2, f"Slurm ended them itself: the test no longer shows the case: {left}"
+    while processes_naming(pythons) and time.monotonic() < cancelled + 90:
+        time.sleep(0.5)
+    log = (folder / "job.log").read_text()
+    assert processes_naming(folder) == [], log
+    assert "SIGTERM ignored" in log, log
+    watched = {line.split()[1] for line in log.splitlines() if line.startswith("watching ")}
+    assert len(watched) == 1 and "None" not in watched and log.count("watching ") == 2, log  # the one batch shell
 
 
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,
