@@ -78,18 +78,21 @@ class Pipeline:
             shutil.copy2(REPO / ".gitignore", self.root / ".gitignore")  # and git sees the checkout's ignore rules
         _chown_tree(self.root, user.uid, user.gid)
 
+    def _as_user(self, argv: list[str], extra_env: Mapping[str, str]) -> list[str]:
+        """``argv`` run as the user in a clean environment with the tree's registry and udocker directory."""
+        env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
+        return ["runuser", "-u", self.user.name, "--", "env", "-i", *[f"{k}={v}" for k, v in self.user.env(env).items()],
+                *argv]
+
     def start_snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
                         ) -> subprocess.Popen[str]:
         """Start ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree, its output piped.
 
         It runs in a process group of its own, as a terminal's foreground job does, so a test can send it Ctrl-C.
         """
-        env = {"HVDFLOW_REGISTRY": self.registry.url, "HVDFLOW_UDOCKER_DIR": str(self.udocker_dir), **extra_env}
-        return subprocess.Popen(["runuser", "-u", self.user.name, "--", "env", "-i",
-                                 *[f"{k}={v}" for k, v in self.user.env(env).items()],
-                                 str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args],
-                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        argv = [str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args]
+        return subprocess.Popen(self._as_user(argv, extra_env), cwd=self.root, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
 
     @staticmethod
     def finish(proc: subprocess.Popen[str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -101,6 +104,11 @@ class Pipeline:
             proc.communicate()
             raise
         return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+    def hvdflow(self, *args: str, extra_env: Mapping[str, str] = MappingProxyType({})) -> subprocess.CompletedProcess[str]:
+        """Run ``hvdflow ARGS`` as the user in the tree, with the registry and udocker directory of its runs."""
+        return subprocess.run(self._as_user([str(self.user.venv / "bin" / "python"), "-m", "hvdflow", *args], extra_env),
+                              cwd=self.root, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
 
     def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
                   ) -> subprocess.CompletedProcess[str]:

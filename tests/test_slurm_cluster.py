@@ -472,6 +472,55 @@ def test_the_snakemakes_of_a_job_end_after_killwait_once_slurm_has_ended_their_b
     assert len(watched) == 1 and "None" not in watched and log.count("watching ") == 2, log  # the one batch shell
 
 
+def test_doctor_checks_a_compute_node_through_one_slurm_job_and_names_each_failure_made_real(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
+    digest = pipeline.json("resources/images/hvdflow-cpu.json")["digest"]
+    profile_dir = pipeline.root / "profiles" / "testbed"
+    settings, resources = (profile_dir / "hvdflow.yaml").read_text(), (profile_dir / "config.yaml").read_text()
+
+    def doctor(**env: str) -> tuple[int, dict[str, dict[str, str]]]:
+        proc = pipeline.hvdflow("doctor", "--profile", "testbed", "--json", extra_env=env)
+        report = json.loads(proc.stdout)
+        assert report["exit_status"] == proc.returncode, proc.stdout + proc.stderr
+        assert hpc_user.run(["squeue", "--noheader", "--name=hvdflow-doctor"], check=True).stdout == ""
+        return proc.returncode, {f["check"]: f for f in report["findings"]}
+
+    status, found = doctor()
+    assert status == 0, found
+    assert found["node job"]["status"] == "ok" and found["node job"]["detail"] in ("ran on n1", "ran on n2"), found
+    assert found["node gpus"]["status"] == "warning" and "Slurm gave 4 GPUs" in found["node gpus"]["detail"]  # no driver
+    assert found["node scratch"]["status"] == "ok" and "/var/lib/hvdflow-testbed/scratch writable" in \
+        found["node scratch"]["detail"] and "the largest dataset" in found["node scratch"]["detail"], found
+    assert found["node sees udocker directory"]["status"] == "ok", found
+    assert found["node network"]["status"] == "ok" and "eth0" in found["node network"]["detail"], found
+    assert found["image hvdflow-cpu"]["status"] == "ok" and digest in found["image hvdflow-cpu"]["detail"], found
+    assert found["proot"]["status"] == "ok" and "opt/hvdflow/bin/proot runs commands" in found["proot"]["detail"]
+    assert found["gpus"]["status"] == "ok" and found["partition"]["detail"].startswith("debug: up, 2 nodes"), found
+    assert not list(udocker_dir.glob(".hvdflow-doctor-*"))  # the probe file the node read is gone
+
+    (profile_dir / "config.yaml").write_text(resources.replace("slurm_partition: debug", "slurm_partition: gpu-nope"))
+    status, found = doctor()
+    assert status == 1 and found["partition"]["status"] == "failure" and "gpu-nope" in found["partition"]["detail"]
+    assert found["node job"]["status"] == "warning" and "not submitted" in found["node job"]["detail"], found
+    (profile_dir / "config.yaml").write_text(resources)
+
+    (profile_dir / "hvdflow.yaml").write_text(settings.replace("gpus_per_node: 4", "gpus_per_node: 8"))
+    status, found = doctor()
+    assert status == 1 and found["gpus"]["status"] == "failure", found
+    assert "counts 8 GPUs per node" in found["gpus"]["detail"] and "gpus_per_node: 4" in found["gpus"]["fix"], found
+    assert found["node job"]["status"] == "failure" and "srun exited 1" in found["node job"]["detail"], found
+
+    (profile_dir / "hvdflow.yaml").write_text(settings.replace("scratch_dir: /var/lib/hvdflow-testbed/scratch",
+                                                               "scratch_dir: /var/lib/hvdflow-testbed/etc"))
+    status, found = doctor(HVDFLOW_REGISTRY="http://127.0.0.1:9")
+    assert status == 1, found
+    assert found["node scratch"]["status"] == "failure" and "/var/lib/hvdflow-testbed/etc is not writable" in \
+        found["node scratch"]["detail"], found
+    assert found["image hvdflow-cpu"]["status"] == "failure" and "127.0.0.1:9 is not reachable" in \
+        found["image hvdflow-cpu"]["detail"], found
+
+
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,
                                                              udocker_dir: Path, prepared: Pipeline) -> None:
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)

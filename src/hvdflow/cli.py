@@ -218,6 +218,16 @@ def cmd_profile_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check this login node, the profile's Slurm partition and one compute node; 1 if anything fails."""
+    from hvdflow.doctor.findings import exit_status, render_json, render_text
+    from hvdflow.doctor.run import run_doctor
+
+    findings, about = run_doctor(args.profile, Path.cwd(), args.configfile, with_job=not args.no_job)
+    print(render_json(findings, about) if args.json else render_text(findings))
+    return exit_status(findings)
+
+
 def cmd_rerun(args: argparse.Namespace) -> int:
     """Rerun a recorded run and compare: 0 identical, 3 differs, 4 differs within the tolerance."""
     from hvdflow.rerun.run import RerunRequest, rerun
@@ -309,6 +319,18 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: profiles/ of the working directory)")
     install.add_argument("--force", action="store_true", help="replace an installed profile of that name that differs")
     install.set_defaults(func=cmd_profile_install)
+
+    doctor = sub.add_parser("doctor", help="check this login node, the profile's cluster and one compute node "
+                            "(what to run first on a new cluster, and to attach to a support ticket)",
+                            description="Each check prints ok, warning or failure, with the fix for the last two. "
+                            "Run it in the workflow's checkout. Exit status 1 if any check fails.")
+    doctor.add_argument("--profile", default=None, help="the profile as `snakemake --profile` takes it (a folder, an "
+                        "installed name, or a name in profiles/); default: the embedded default, profiles/local")
+    doctor.add_argument("--configfile", type=Path, default=Path("config/config.yaml"),
+                        help="the workflow config whose images and datasets are checked (default: config/config.yaml)")
+    doctor.add_argument("--json", action="store_true", help="print the findings as JSON, for a ticket")
+    doctor.add_argument("--no-job", action="store_true", help="leave out the Slurm job on a compute node")
+    doctor.set_defaults(func=cmd_doctor)
 
     from hvdflow.rerun.compare import DEFAULT_TOLERANCE, EXIT_DIFFERS, EXIT_WITHIN_TOLERANCE
 

@@ -1,0 +1,147 @@
+"""``hvdflow doctor`` on this machine: the command itself, run in a workflow tree against the test registry (a real
+image served, then the registry gone), a bad profile named, and the pieces it reads Slurm's answers with. Its
+checks on the Slurm test bed (a compute node through a real job, and failures made real there) are in
+tests/test_slurm_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, TinyRepo
+from hvdflow.doctor.findings import FAILURE, OK, WARNING, Finding, exit_status, render_text
+from hvdflow.doctor.node import MARKER, read_node_report
+from hvdflow.doctor.profile_files import find_profile_folder, load_doctor_profile
+from hvdflow.doctor.slurm_checks import slurm_minutes
+from hvdflow.errors import ConfigError
+
+
+def _tree(root: Path, tiny_repo: TinyRepo, registry_url: str, profile_extra: str = "") -> Path:
+    """A workflow tree: a config whose experiment runs in the tiny image, and a profile ``site`` for this machine."""
+    (root / "config").mkdir(parents=True)
+    (root / "containers").mkdir()
+    (root / "containers" / "catalog.yaml").write_text(
+        "images:\n  tiny:\n    description: busybox test image\n"
+        f"    repository: {tiny_repo.repository}\n    tag: v1\n"
+        "    device: cpu\n    python: none\n    tensorflow: none\n    horovod: none\n    mpi: none\n"
+        "    execmode: P1\n    purposes: [train]\n    tested: true\n")
+    (root / "config" / "config.yaml").write_text(
+        "catalog: containers/catalog.yaml\nlock: containers/images.lock.yaml\n"
+        "datasets: {}\nexperiments:\n  demo: {image: tiny, dataset: digits, model: mlp}\n")
+    site = root / "profiles" / "site"
+    site.mkdir(parents=True)
+    (site / "config.yaml").write_text("cores: 2\nconfig:\n  - hvdflow_profile=profiles/site/hvdflow.yaml\n")
+    (site / "hvdflow.yaml").write_text(f"registry: {registry_url}\nruntime: udocker\nexecmode: P1\nlauncher: gloo\n"
+                                       f"udocker_dir: {root / 'udocker'}\n{profile_extra}")
+    return root
+
+
+def _doctor(root: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run([sys.executable, "-m", "hvdflow", "doctor", "--json", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, json.loads(proc.stdout)
+
+
+def _by_check(report: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {f["check"]: f for f in report["findings"]}
+
+
+def test_doctor_finds_the_image_at_the_registry_then_names_the_registry_gone_with_the_fix(
+        tiny_repo: TinyRepo, tmp_path: Path) -> None:
+    image = tiny_repo.push("v1")
+    root = _tree(tmp_path / "tree", tiny_repo, tiny_repo.registry.url)
+    proc, report = _doctor(root, "--profile", "site")
+    found = _by_check(report)
+    assert proc.returncode == 0 and report["exit_status"] == 0, proc.stdout + proc.stderr
+    assert found["image tiny"]["status"] == OK, found
+    assert image.manifest_digest in found["image tiny"]["detail"] and "not pinned yet" in found["image tiny"]["detail"]
+    assert found["python"]["status"] == OK and found["profile"]["status"] == OK, found
+    assert found["udocker directory"]["status"] == OK and "will be made" in found["udocker directory"]["detail"]
+    assert found["proot"]["status"] == WARNING  # nothing pulled into this udocker directory yet
+    assert "slurm client" not in found  # scheduler: none
+    assert report["profile"] == str(root / "profiles" / "site") and report["host"]
+
+    (root / "profiles" / "site" / "hvdflow.yaml").write_text(
+        (root / "profiles" / "site" / "hvdflow.yaml").read_text().replace(tiny_repo.registry.url, "http://127.0.0.1:9"))
+    proc, report = _doctor(root, "--profile", "site")
+    image_finding = _by_check(report)["image tiny"]
+    assert proc.returncode == 1 and report["exit_status"] == 1
+    assert image_finding["status"] == FAILURE
+    assert "http://127.0.0.1:9 is not reachable" in image_finding["detail"], image_finding
+    assert "hvdflow image load ARCHIVE tiny" in image_finding["fix"], image_finding
+    assert not (root / "udocker").exists()  # the doctor looks; it makes nothing
+
+
+def test_doctor_names_a_bad_profile_file_and_exits_1(tiny_repo: TinyRepo, tmp_path: Path) -> None:
+    root = _tree(tmp_path / "tree", tiny_repo, tiny_repo.registry.url, profile_extra="gpus: 4\n")
+    proc, report = _doctor(root, "--profile", "site")
+    bad = _by_check(report)["profile and config"]
+    assert proc.returncode == 1 and bad["status"] == FAILURE
+    assert str(root / "profiles" / "site" / "hvdflow.yaml") in bad["detail"] and "gpus" in bad["detail"], bad
+    text = subprocess.run([sys.executable, "-m", "hvdflow", "doctor", "--profile", "nope"], cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True, text=True)
+    assert text.returncode == 1
+    assert "FAILURE" in text.stdout and "profile nope: no config.yaml in" in text.stdout, text.stdout
+
+
+def test_a_profile_is_found_where_snakemake_finds_it_then_in_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                      ) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for folder in (tmp_path / "work" / "profiles" / "site", tmp_path / "xdg" / "snakemake" / "site",
+                   tmp_path / "work" / "mine"):
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text("cores: 1\n")
+    work = tmp_path / "work"
+    assert find_profile_folder("site", work) == tmp_path / "xdg" / "snakemake" / "site"  # installed wins
+    assert find_profile_folder("mine", work) == work / "mine"
+    assert find_profile_folder("profiles/site", work) == work / "profiles" / "site"
+    with pytest.raises(ConfigError, match="profile gone: no config.yaml in .*hvdflow profile install"):
+        find_profile_folder("gone", work)
+    with pytest.raises(ConfigError, match="has no hvdflow_profile="):
+        load_doctor_profile("mine", work)
+
+
+def test_the_train_rules_slurm_resources_come_from_set_resources_before_default_resources(tmp_path: Path) -> None:
+    shutil_profile = tmp_path / "profiles" / "c"
+    shutil_profile.mkdir(parents=True)
+    (shutil_profile / "hvdflow.yaml").write_text(
+        "registry: none\nruntime: udocker\nlauncher: gloo\nscheduler: slurm\n"
+        "slurm:\n  scratch_dir: /tmp\n  gpus_per_node: 2\n")
+    (shutil_profile / "config.yaml").write_text(
+        "config:\n  - hvdflow_profile=profiles/c/hvdflow.yaml\n"
+        "default-resources:\n  slurm_partition: cpu\n  slurm_account: proj\n  runtime: 30\n"
+        "set-resources:\n  train:\n    slurm_partition: gpu\n    runtime: 240\n")
+    profile = load_doctor_profile("profiles/c", tmp_path)
+    assert (profile.partition, profile.account, profile.runtime_minutes) == ("gpu", "proj", 240)
+    assert profile.cluster.slurm is not None and profile.cluster.slurm.gpus_per_node == 2
+
+
+@pytest.mark.parametrize("limit, minutes", [("infinite", None), ("UNLIMITED", None), ("30", 30.0), ("45:30", 45.5),
+                                            ("2:00:00", 120.0), ("1-00:00:00", 1440.0), ("2-12:30:00", 3630.0)])
+def test_slurm_time_limits_as_sinfo_prints_them(limit: str, minutes: float | None) -> None:
+    assert slurm_minutes(limit) == minutes
+
+
+def test_findings_print_each_fix_under_its_line_and_only_failures_fail() -> None:
+    findings = [Finding("python", OK, "3.11"), Finding("seccomp", WARNING, "no trace", "use native"),
+                Finding("partition", FAILURE, "gpu-nope: invalid", "set slurm_partition")]
+    text = render_text(findings)
+    lines = text.splitlines()
+    assert lines[0].startswith("OK") and "fix: use native" in lines[2] and "fix: set slurm_partition" in lines[4]
+    assert lines[-1] == "1 ok, 1 warnings, 1 failures"
+    assert exit_status(findings) == 1 and exit_status(findings[:2]) == 0
+    with pytest.raises(ValueError, match="status 'bad'"):
+        Finding("x", "bad", "")
+
+
+def test_the_node_report_is_read_back_from_the_job_steps_output() -> None:
+    line = MARKER + json.dumps({"host": "n7", "findings": [{"check": "node gpus", "status": "ok", "detail": "4"}]})
+    assert read_node_report(f"srun: job 5 queued\n{line}\n") == ("n7", [Finding("node gpus", OK, "4")])
+    assert read_node_report("srun: error: invalid partition specified: gpu-nope\n") is None
