@@ -46,7 +46,14 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert (check["facts"]["python"], check["facts"]["tensorflow"]["version"]) == ("3.11.2", "2.15.1")
     assert check["facts"]["horovod"]["built"]["gloo"] and check["facts"]["horovod"]["built"]["mpi"]
     assert {p["name"] for p in check["parts"]} >= {"python", "tf.keras", "horovod gloo", "sklearn"}
-    assert "  horovod gloo  " in (demo.root / "logs/pull_image/hvdflow-cpu.log").read_text()
+    pull_log = (demo.root / "logs/pull_image/hvdflow-cpu.log").read_text()
+    assert "  horovod gloo  " in pull_log
+    # progress of the steps (every second here, 30 s by default): the pull's bytes, the chunk's samples done
+    assert re.search(r"\] pull_image hvdflow-cpu: running for \d+ s; [\d.]+ [MG]iB in udocker's layers\n", pull_log), pull_log
+    chunk_log = (demo.root / "logs/prepare_chunk/digits-0.log").read_text()
+    assert "] prepare_chunk digits-0: running for " in chunk_log, chunk_log
+    assert re.search(r"chunk 0: \d+ of \d+ samples, [\d.]+ MB read", (demo.root / "logs/prepare_chunk/digits-0.run.log")
+                     .read_text())
     assert record["image"]["reference"] == "hvdflow/hvdflow-cpu:tf2.15.1-hvd0.28.1-py3.11"
     assert [r["rank"] for r in record["ranks"]] == [0, 1]
     # the two ranks were bound to cores of their own, as many as their threads (the CPU binding: tests/test_smoke.py)

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
+from hvdflow.files.heartbeat import heartbeat, last_line, layers_text, to_stderr
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 
@@ -72,12 +73,13 @@ def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[
     lock = _lock_path(args)
     before = read_lock(lock).get(spec.name)
     archive: Optional[Path] = getattr(args, "archive", None)
-    if archive is not None:
-        manifest = load_image(udocker, spec, archive, lock, update_lock=update_lock)
-    elif getattr(args, "registry", None) == NO_REGISTRY and not update_lock:
-        manifest = loaded_image(udocker, spec, lock)
-    else:
-        manifest = pull_image(udocker, spec, spec.registry or _require_registry(args), lock, update_lock=update_lock)
+    with heartbeat(to_stderr, f"{'loading' if archive else 'pulling'} {spec.name}", lambda: layers_text(udocker.udocker_dir)):
+        if archive is not None:
+            manifest = load_image(udocker, spec, archive, lock, update_lock=update_lock)
+        elif getattr(args, "registry", None) == NO_REGISTRY and not update_lock:
+            manifest = loaded_image(udocker, spec, lock)
+        else:
+            manifest = pull_image(udocker, spec, spec.registry or _require_registry(args), lock, update_lock=update_lock)
     if update_lock and before is not None and before.digest != manifest.digest:
         print(f"hvdflow: {lock}: {spec.name} ({spec.reference}) moved from {before.digest} to {manifest.digest}",
               file=sys.stderr)
@@ -116,7 +118,8 @@ def cmd_image_save(args: argparse.Namespace) -> int:
     from hvdflow.images.offline import save_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    manifest = save_image(spec, spec.registry or _require_registry(args), _lock_path(args), args.archive)
+    with heartbeat(to_stderr, f"saving {spec.name} to {args.archive}"):
+        manifest = save_image(spec, spec.registry or _require_registry(args), _lock_path(args), args.archive)
     print(json.dumps({"image": spec.name, "reference": spec.reference, "digest": manifest.digest,
                       "archive": str(args.archive), "bytes": args.archive.stat().st_size}))
     return 0
@@ -134,7 +137,8 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import build_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    image = build_image(spec, args.log, args.debian)
+    with heartbeat(to_stderr, f"building {spec.name}", lambda: last_line(args.log)):
+        image = build_image(spec, args.log, args.debian)
     print(json.dumps({"layout": str(image.layout), "tag": image.tag, "manifest_digest": image.manifest_digest}))
     return 0
 
@@ -157,8 +161,9 @@ def cmd_image_push(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import build_image, push_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    image = build_image(spec, args.log, args.debian)
-    push_image(image, _require_registry(args), spec.repository, spec.tag, args.log)
+    with heartbeat(to_stderr, f"building and pushing {spec.name}", lambda: last_line(args.log)):
+        image = build_image(spec, args.log, args.debian)
+        push_image(image, _require_registry(args), spec.repository, spec.tag, args.log)
     print(json.dumps({"pushed": f"{args.registry}/{spec.reference}", "manifest_digest": image.manifest_digest}))
     return 0
 

@@ -74,8 +74,9 @@ def list_dataset(spec: Dict[str, object], chunks: int, out_dir: str) -> Dict[str
     return summary
 
 
-def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str) -> Dict[str, object]:
-    """Read chunk ``chunk`` of a manifest and write its shards and ``report.json`` into ``out_dir``."""
+def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str, progress_seconds: float = 30.0) -> Dict[str, object]:
+    """Read chunk ``chunk`` of a manifest and write its shards and ``report.json`` into ``out_dir``, saying the
+    samples done of the chunk's every ``progress_seconds``."""
     import numpy as np
 
     started = time.time()
@@ -91,7 +92,12 @@ def prepare_chunk(manifest_dir: str, chunk: int, out_dir: str) -> Dict[str, obje
     excluded: Dict[str, int] = {}
     skipped: List[Dict[str, str]] = []
     input_bytes = 0
-    for sample in samples:
+    reported = started
+    for done, sample in enumerate(samples):
+        if time.time() - reported >= progress_seconds:
+            reported = time.time()
+            print("chunk %d: %d of %d samples, %.1f MB read, %.0f s" % (
+                chunk, done, len(samples), input_bytes / 1e6, reported - started), flush=True)
         try:
             pixels, labels, nbytes = read(sample)
             if tuple(np.shape(pixels)) != shape:
@@ -132,6 +138,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     chunker.add_argument("--manifest", required=True)
     chunker.add_argument("--chunk", type=int, required=True)
     chunker.add_argument("--out", required=True)
+    chunker.add_argument("--progress-seconds", type=float, default=30.0, help="how often to say the samples done")
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
@@ -140,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             name = source if isinstance(source, str) else source["read"]  # type: ignore[index]
             print("listed %s: %s, excluded %s" % (name, summary["listed"], summary["excluded"]))
         else:
-            report = prepare_chunk(args.manifest, args.chunk, args.out)
+            report = prepare_chunk(args.manifest, args.chunk, args.out, args.progress_seconds)
             print("chunk %d: %d samples, %d skipped, %s excluded, %.1f MB read in %.1f s" % (
                 args.chunk, report["samples"], len(report["skipped"]), report["excluded"],  # type: ignore[arg-type]
                 int(report["input_bytes"]) / 1e6, report["seconds"]))  # type: ignore[call-overload]

@@ -21,6 +21,7 @@ from hvdflow.config.profile import LAUNCHERS, ClusterProfile, SlurmCluster
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import DatasetError, LaunchError
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.files.heartbeat import progress_seconds
 from hvdflow.launch import faults
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
 from hvdflow.launch.elastic import ElasticSettings
@@ -62,7 +63,7 @@ def prepare_chunk(runtime: Runtime, manifest_dir: Path, chunk: int, chunk_dir: P
     """Write one chunk of a manifest as shards into ``chunk_dir`` (in the runtime)."""
     spec = json.loads((manifest_dir / DATASET_FILE).read_text())["spec"]
     command = ["python3", "-m", "hvdflow_trainer.prepare", "chunk", "--manifest", str(manifest_dir),
-               "--chunk", str(chunk), "--out", str(chunk_dir)]
+               "--chunk", str(chunk), "--out", str(chunk_dir), "--progress-seconds", str(progress_seconds())]
     run_one(runtime, command, sorted({manifest_dir.parent, chunk_dir.parent, *bind_paths(spec)}), log, timeout,
             f"preparing chunk {chunk} of dataset {spec['name']}")
 

@@ -7,7 +7,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from hvdflow.config.benchmark import BenchmarkSpec, Measurement
 from hvdflow.config.datasets import resolved_spec
@@ -16,6 +16,7 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.files.heartbeat import heartbeat, last_line, layers_text, to_file
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ensure_container, pull_image
@@ -40,18 +41,25 @@ from hvdflow.slurm.requeue import requeue_or_explain
 
 
 @contextmanager
-def logged(log: Path) -> Iterator[None]:
-    """Append this step's messages and errors to ``log``."""
+def logged(log: Path, detail: Optional[Callable[[], str]] = None) -> Iterator[None]:
+    """Append this step's messages and errors to ``log``, and while it runs a progress line at least every 30 s
+    (:func:`hvdflow.files.heartbeat.heartbeat`: the time so far and ``detail()``, what the step can say of itself)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as handle:
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] start\n")
         handle.flush()  # the step may append its own lines (progress) while this handle is open
         try:
-            yield
+            with heartbeat(to_file(log), f"{log.parent.name} {log.stem}", detail):
+                yield
         except BaseException as exc:
             handle.write(f"error: {exc}\n")
             raise
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] done\n")
+
+
+def run_log_tail(log: Path) -> Callable[[], str]:
+    """A progress detail: the last line the step's program wrote to its run log (``<log>.run.log``)."""
+    return lambda: last_line(log.resolve().with_suffix(".run.log"))
 
 
 def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, check_out: Path,
@@ -59,7 +67,7 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
     container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
     digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
-    with logged(log):
+    with logged(log, lambda: layers_text(profile.udocker_dir)):
         spec = get_image(load_catalog(catalog), image, catalog)
         udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
         if profile.registry == NO_REGISTRY:
@@ -85,15 +93,15 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
 def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path,
               manifest: Path, log: Path) -> None:
     """List dataset ``name``'s samples into the manifest directory, cut into the entry's number of chunks."""
-    with logged(log):
+    with logged(log, run_log_tail(log)):
         list_dataset(runtime_for(profile, image_record, catalog), resolved_spec(name, entry), entry["chunks"],
                      manifest.resolve(), log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
 def chunk_step(chunk: int, profile: ClusterProfile, catalog: Path, image_record: Path, manifest: Path, out: Path,
                log: Path) -> None:
-    """Prepare one chunk of a manifest into its shard directory."""
-    with logged(log):
+    """Prepare one chunk of a manifest into its shard directory (its program reports the samples done)."""
+    with logged(log, run_log_tail(log)):
         prepare_chunk(runtime_for(profile, image_record, catalog), manifest.resolve(), chunk, out.resolve(),
                       log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
@@ -137,7 +145,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
 def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, model: Path, index: Path, out: Path,
                   log: Path, user: Optional[UserModel] = None) -> None:
     """Test-set metrics of a trained model (a user's own: its code imported first, for its custom layers)."""
-    with logged(log):
+    with logged(log, run_log_tail(log)):
         evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
                  log.resolve().with_suffix(".run.log"), profile.step_timeout, user)
 
