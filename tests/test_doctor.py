@@ -75,7 +75,7 @@ def test_doctor_finds_the_image_at_the_registry_then_names_the_registry_gone_wit
     assert proc.returncode == 1 and report["exit_status"] == 1
     assert image_finding["status"] == FAILURE
     assert "http://127.0.0.1:9 is not reachable" in image_finding["detail"], image_finding
-    assert "hvdflow image load ARCHIVE tiny" in image_finding["fix"], image_finding
+    assert "hvdflow image load tiny ARCHIVE" in image_finding["fix"], image_finding
     assert not (root / "udocker").exists()  # the doctor looks; it makes nothing
 
 

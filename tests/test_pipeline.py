@@ -244,8 +244,14 @@ def test_hvdflow_rerun_of_a_record_with_another_seed_runs_and_names_what_differs
     edited = user_tmp / "run.json"
     edited.write_text(json.dumps(record))
     into = user_tmp / "rerun"
-    proc = _rerun(hpc_user, edited, into, "--repo", str(demo.root), "--inputs-from", str(demo.root))
+    # no registry answers (the demo's own is gone once the demo ends): the container the demo made from the pinned
+    # digest serves, and the pull's log says so
+    gone = "http://127.0.0.1:9"
+    proc = _rerun(hpc_user, edited, into, "--repo", str(demo.root), "--inputs-from", str(demo.root), "--registry", gone)
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    pull_log = (into / "logs/pull_image/hvdflow-cpu.log").read_text()
+    assert f"registry {gone} is not reachable" in pull_log and "made from the pinned digest " \
+        f"{record['image']['digest']}" in pull_log, pull_log
     report = json.loads((into / "rerun.json").read_text())
     assert report["differing_results"][0] == "weights_sha256", report["differing_results"]
     assert "final loss" in report["differing_results"] and "loss epoch 10" in report["differing_results"]

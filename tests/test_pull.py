@@ -239,7 +239,7 @@ def test_save_and_load_move_the_locked_image_with_its_digest_to_a_site_without_r
     not_loaded = _offline(hpc_user, "pull", "tiny", "--catalog", str(site_catalog), "--registry", "none",
                           "--udocker-dir", str(udocker_b))
     assert not_loaded.returncode == 1
-    assert f"is not loaded into {udocker_b}" in not_loaded.stderr and "hvdflow image load ARCHIVE tiny" in not_loaded.stderr
+    assert f"is not loaded into {udocker_b}" in not_loaded.stderr and "hvdflow image load tiny ARCHIVE" in not_loaded.stderr
     loaded = _offline(hpc_user, "load", "tiny", str(archive), "--catalog", str(site_catalog), "--udocker-dir", str(udocker_b))
     assert loaded.returncode == 0, loaded.stderr
     record = json.loads(loaded.stdout)

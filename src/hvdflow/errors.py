@@ -13,6 +13,10 @@ class RegistryError(HvdflowError):
     """The registry is unreachable or does not have what was asked for."""
 
 
+class RegistryUnreachable(RegistryError):
+    """The registry did not answer at all (refused, no route, timed out), as opposed to answering with an error."""
+
+
 class ImageError(HvdflowError):
     """An image failed verification, changed under its lock, or could not be turned into a container."""
 

@@ -165,7 +165,7 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
             try:
                 manifest = loaded_image(Udocker(profile.udocker_dir, allow_root=allow_root_from_env()), spec, lock_path)
             except HvdflowError as exc:
-                findings.append(failure(check, str(exc), f"hvdflow image load ARCHIVE {name}"))
+                findings.append(failure(check, str(exc), f"hvdflow image load {name} ARCHIVE"))
             else:
                 findings.append(ok(check, f"{spec.repository}@{manifest.digest} loaded in {profile.udocker_dir}"))
             continue
@@ -176,7 +176,7 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
         except HvdflowError as exc:
             findings.append(failure(check, str(exc), "start or reach the registry, or name the one that serves it (the "
                                     "profile's registry, HVDFLOW_REGISTRY); with none: registry: none and "
-                                    f"`hvdflow image load ARCHIVE {name}`"))
+                                    f"`hvdflow image load {name} ARCHIVE`"))
             continue
         pinned = "the locked digest" if entry is not None else "not pinned yet (the first pull pins it)"
         findings.append(ok(check, f"{url} serves {spec.repository}@{manifest.digest}, {pinned}"))

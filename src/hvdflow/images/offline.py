@@ -65,7 +65,7 @@ def _verify_loaded(udocker: Udocker, spec: ImageSpec, manifest: Manifest) -> Non
     if ancestry != expected:
         raise ImageError(f"image {spec.reference}: udocker in {udocker.udocker_dir} does not hold the layers of "
                          f"{manifest.digest} under that tag (found {ancestry_path}: {ancestry}); load it again with "
-                         f"`hvdflow image load ARCHIVE {spec.name}`")
+                         f"`hvdflow image load {spec.name} ARCHIVE`")
     verify_blobs(manifest, spec.reference, lambda digest: _layer_file(udocker, digest))
 
 
@@ -122,7 +122,7 @@ def _load_oci(udocker: Udocker, spec: ImageSpec, archive: Path, named: Path, loc
 def loaded_image(udocker: Udocker, spec: ImageSpec, lock_path: Path) -> Manifest:
     """The image the lock pins for ``spec``, as loaded from an archive, its layers hashed again; no network."""
     entry = read_lock(lock_path).get(spec.name)
-    load_hint = f"`hvdflow image load ARCHIVE {spec.name}` (an archive from `hvdflow image save {spec.name} ARCHIVE`)"
+    load_hint = f"`hvdflow image load {spec.name} ARCHIVE` (an archive from `hvdflow image save {spec.name} ARCHIVE`)"
     if entry is None or entry.reference != spec.reference:
         raise ImageError(f"image {spec.name} ({spec.reference}): the profile has no registry (registry: {NO_REGISTRY}) "
                          f"and {lock_path} pins no digest for it; run {load_hint}")

@@ -21,7 +21,7 @@ from hvdflow.files.atomic import write_text_atomic
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.catalog import ImageSpec
-from hvdflow.images.lockfile import check_against_lock, write_lock_entry
+from hvdflow.images.lockfile import check_against_lock, read_lock, write_lock_entry
 from hvdflow.images.registry import Manifest, resolve_manifest
 from hvdflow.images.registry_auth import Credentials
 from hvdflow.images.udocker import Udocker
@@ -148,6 +148,20 @@ def read_container_record(udocker: Udocker, name: str) -> ContainerRecord | None
     if not path.exists():
         return None
     return ContainerRecord(**json.loads(path.read_text()))
+
+
+def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmode: str | None = None
+                     ) -> ContainerRecord | None:
+    """The container made earlier from the digest ``lock_path`` pins for ``spec`` (created only after its layers
+    were verified against that digest), where udocker still holds it in the execution mode asked; else None. What a
+    pull falls back on when the registry cannot be reached: the pinned image is there, nothing needs fetching."""
+    entry = read_lock(lock_path).get(spec.name)
+    if entry is None or entry.reference != spec.reference:
+        return None
+    record = read_container_record(udocker, container_name(spec, entry.digest))
+    if record is None or record.digest != entry.digest or record.execmode != (execmode or spec.execmode):
+        return None
+    return record if (udocker.udocker_dir / "containers" / record.container).is_dir() else None
 
 
 def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, execmode: str | None = None) -> ContainerRecord:

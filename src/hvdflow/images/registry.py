@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hvdflow.errors import RegistryError
+from hvdflow.errors import RegistryError, RegistryUnreachable
 from hvdflow.images.registry_auth import Credentials, open_authorized
 
 MANIFEST_TYPES = (
@@ -64,7 +64,7 @@ def _fetch(registry_url: str, repository: str, reference: str, timeout: float,
         raise RegistryError(f"registry {registry_url} answered HTTP {exc.code} for {repository}:{reference}: {detail}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise RegistryError(
+        raise RegistryUnreachable(
             f"registry {registry_url} is not reachable while resolving {repository}:{reference}: {reason}"
         ) from None
 
@@ -126,7 +126,7 @@ def fetch_blob(registry_url: str, repository: str, digest: str, dest: Path, time
     except (urllib.error.URLError, OSError) as exc:
         tmp.unlink(missing_ok=True)
         reason = getattr(exc, "reason", exc)
-        raise RegistryError(f"registry {registry_url}: fetching blob {digest} of {repository} failed: {reason}") from None
+        raise RegistryUnreachable(f"registry {registry_url}: fetching blob {digest} of {repository} failed: {reason}") from None
     actual = "sha256:" + sha.hexdigest()
     if actual != digest:
         tmp.unlink(missing_ok=True)

@@ -14,16 +14,17 @@ from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
-from hvdflow.errors import ImageError, LaunchError, RunStopped
+from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.heartbeat import heartbeat, last_line, layers_text, to_file
-from hvdflow.images.catalog import get_image, load_catalog
+from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
-from hvdflow.images.pull import ensure_container, pull_image
+from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch import faults
 from hvdflow.launch.image_check import check_image, needs_of, refusal, table
 from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for
+from hvdflow.launch.supervise import note
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
 from hvdflow.pipeline.resume import identity_of, load_attempts
@@ -70,11 +71,7 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
     with logged(log, lambda: layers_text(profile.udocker_dir)):
         spec = get_image(load_catalog(catalog), image, catalog)
         udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
-        if profile.registry == NO_REGISTRY:
-            manifest = loaded_image(udocker, spec, lock)
-        else:
-            manifest = pull_image(udocker, spec, profile.registry, lock)
-        record = ensure_container(udocker, spec, manifest, profile.execmode)
+        record = _pulled(udocker, spec, profile, lock, log)
         # the image is checked in udocker, whichever runtime the profile's jobs use
         runtime = make_runtime(replace(RuntimeSettings.of_profile(profile, catalog), kind="udocker"), record)
         # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)
@@ -88,6 +85,22 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         record_out.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(check_out, check.to_json())
         write_json_atomic(record_out, asdict(record))
+
+
+def _pulled(udocker: Udocker, spec: ImageSpec, profile: ClusterProfile, lock: Path, log: Path) -> ContainerRecord:
+    """The image's container: pulled (or loaded) and verified against the lock, then created once. Where the
+    registry cannot be reached at all, the container made earlier from the pinned digest serves, said in the log."""
+    if profile.registry == NO_REGISTRY:
+        return ensure_container(udocker, spec, loaded_image(udocker, spec, lock), profile.execmode)
+    try:
+        return ensure_container(udocker, spec, pull_image(udocker, spec, profile.registry, lock), profile.execmode)
+    except RegistryUnreachable as unreachable:
+        record = pinned_container(udocker, spec, lock, profile.execmode)
+        if record is None:
+            raise
+        note(log, f"hvdflow: {unreachable}; using container {record.container}, made from the pinned digest "
+             f"{record.digest} (its layers were verified against it when it was pulled)")
+        return record
 
 
 def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, catalog: Path, image_record: Path,
