@@ -16,7 +16,7 @@ import pytest
 
 from conftest import REPO, TinyRepo
 from hvdflow.doctor.findings import FAILURE, OK, WARNING, Finding, exit_status, render_text
-from hvdflow.doctor.node import MARKER, read_node_report
+from hvdflow.doctor.node import MARKER, gpus, read_node_report
 from hvdflow.doctor.profile_files import find_profile_folder, load_doctor_profile
 from hvdflow.doctor.slurm_checks import slurm_minutes
 from hvdflow.errors import ConfigError
@@ -145,3 +145,16 @@ def test_the_node_report_is_read_back_from_the_job_steps_output() -> None:
     line = MARKER + json.dumps({"host": "n7", "findings": [{"check": "node gpus", "status": "ok", "detail": "4"}]})
     assert read_node_report(f"srun: job 5 queued\n{line}\n") == ("n7", [Finding("node gpus", OK, "4")])
     assert read_node_report("srun: error: invalid partition specified: gpu-nope\n") is None
+
+
+def test_the_nodes_gpus_against_the_profile_where_no_driver_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # with nvidia-smi the driver's list is checked too: run on an H200 (docs/measurements.md, "hvdflow doctor")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi on these machines
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    fewer = gpus(2)
+    assert fewer.status == FAILURE and "Slurm gave 1 GPUs (CUDA_VISIBLE_DEVICES=0)" in fewer.detail, fewer
+    assert "gpus_per_node" in fewer.fix
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    unchecked = gpus(2)
+    assert unchecked.status == WARNING and "no nvidia-smi, so the driver is not checked" in unchecked.detail, unchecked
+    assert gpus(0).status == OK
