@@ -15,11 +15,12 @@ from typing import Mapping, Optional, Sequence
 
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.doctor.findings import Finding, failure, ok, warning
-from hvdflow.errors import HvdflowError
+from hvdflow.errors import HvdflowError, RegistryUnreachable
 from hvdflow.files.private import in_shared_place
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
+from hvdflow.images.pull import ContainerRecord, pinned_container
 from hvdflow.images.registry import resolve_manifest
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
@@ -40,14 +41,22 @@ def pinned_requirements() -> dict[str, str]:
         text = PYPROJECT.read_text()
         block = text[text.index("dependencies = ["):]
         return dict(REQUIREMENT.findall(block[:block.index("]")]))
-    return dict(m.groups() for m in map(REQUIREMENT.match, importlib.metadata.requires("hvdflow") or []) if m)
+    try:
+        requires = importlib.metadata.requires("hvdflow") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    return dict(m.groups() for m in map(REQUIREMENT.match, requires) if m)
 
 
 def python_and_packages() -> Finding:
     """This Python and each pinned dependency installed at its pinned version (another version: a warning)."""
     version = ".".join(map(str, sys.version_info[:3]))
     missing, other = [], []
-    for name, pinned in pinned_requirements().items():
+    pins = pinned_requirements()
+    if not pins:
+        return warning("python", f"Python {version} at {sys.executable}; hvdflow's pins not found (no {PYPROJECT}, "
+                       "hvdflow not installed)", "run hvdflow from its checkout, or install it: pip install .")
+    for name, pinned in pins.items():
         try:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -174,6 +183,12 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
         try:
             manifest = resolve_manifest(url, spec.repository, reference, timeout=15, credentials=spec.credentials())
         except HvdflowError as exc:
+            pinned = _pinned(profile, spec, lock_path) if isinstance(exc, RegistryUnreachable) else None
+            if pinned is not None:
+                findings.append(warning(check, f"{exc}; the pipeline uses container {pinned.container}, made from the "
+                                        f"pinned digest {pinned.digest}", "nothing, to run what is pinned; to pull "
+                                        "another image, reach the registry (HVDFLOW_REGISTRY)"))
+                continue
             findings.append(failure(check, str(exc), "start or reach the registry, or name the one that serves it (the "
                                     "profile's registry, HVDFLOW_REGISTRY); with none: registry: none and "
                                     f"`hvdflow image load {name} ARCHIVE`"))
@@ -181,6 +196,15 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
         pinned = "the locked digest" if entry is not None else "not pinned yet (the first pull pins it)"
         findings.append(ok(check, f"{url} serves {spec.repository}@{manifest.digest}, {pinned}"))
     return findings
+
+
+def _pinned(profile: ClusterProfile, spec: ImageSpec, lock_path: Path) -> Optional[ContainerRecord]:
+    """The container the pipeline's pull falls back on where no registry answers, if there is one."""
+    try:
+        udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
+    except HvdflowError:
+        return None
+    return pinned_container(udocker, spec, lock_path, profile.execmode)
 
 
 def open_mpi(profile: ClusterProfile, specs: Sequence[ImageSpec]) -> Optional[Finding]:
