@@ -14,16 +14,16 @@ from hvdflow.files.heartbeat import (
     last_line,
     progress_seconds,
     size_text,
-    to_file,
     tree_bytes,
 )
+from hvdflow.launch.supervise import note
 from hvdflow.pipeline.steps import logged
 
 
 def test_a_long_block_gets_lines_with_its_time_and_detail_and_none_after_it(tmp_path: Path) -> None:
     log = tmp_path / "step.log"
     counter = iter(range(100))
-    with heartbeat(to_file(log), "pulling tiny", lambda: f"{next(counter)} layers", every=0.2):
+    with heartbeat(lambda line: note(log, line), "pulling tiny", lambda: f"{next(counter)} layers", every=0.2):
         time.sleep(0.9)
     lines = log.read_text().splitlines()
     assert 1 <= len(lines) <= 4, lines  # one each 0.2 s of the 0.9 s (fewer on a busy machine, never more)
@@ -36,7 +36,7 @@ def test_a_long_block_gets_lines_with_its_time_and_detail_and_none_after_it(tmp_
 def test_a_failing_detail_leaves_the_line_and_the_step_alone(tmp_path: Path) -> None:
     log = tmp_path / "step.log"
     with pytest.raises(RuntimeError, match="the step's own"):
-        with heartbeat(to_file(log), "listing", lambda: str(1 / 0), every=0.1):
+        with heartbeat(lambda line: note(log, line), "listing", lambda: str(1 / 0), every=0.1):
             time.sleep(0.35)
             raise RuntimeError("the step's own error")
     assert log.read_text().splitlines() and all(line.endswith("listing: running for 0 s")

@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.errors import HvdflowError, RegistryUnreachable
+from hvdflow.files.heartbeat import size_text
 from hvdflow.files.private import in_shared_place
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
@@ -25,8 +26,7 @@ from hvdflow.images.registry import resolve_manifest
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
 
-GIB = 1024 ** 3
-UDOCKER_FREE_WARNING = 10 * GIB
+UDOCKER_FREE_WARNING = 10 * 1024 ** 3
 """Free space below which the udocker directory gets a warning: an image is 1-3 GiB pulled, as much again created."""
 
 REQUIREMENT = re.compile(r'"?([A-Za-z0-9_.-]+)==([^";\s]+)')
@@ -91,12 +91,12 @@ def udocker_directory(profile: ClusterProfile) -> Finding:
         return failure("udocker directory", f"{where}: {base} is not writable by this user",
                        "set udocker_dir in the profile's hvdflow.yaml to a folder of yours that every node sees")
     free = shutil.disk_usage(base).free
-    detail = f"{where} ({'exists' if where.exists() else 'will be made'}), {free / GIB:.1f} GiB free"
+    detail = f"{where} ({'exists' if where.exists() else 'will be made'}), {size_text(free)} free"
     if where.exists() and in_shared_place(where) and where.stat().st_uid != os.getuid():
         return failure("udocker directory", f"{detail}; it belongs to uid {where.stat().st_uid}",
                        "choose a udocker_dir of your own: another user's folder would hold your images")
     if free < UDOCKER_FREE_WARNING:
-        return warning("udocker directory", detail, f"free at least {UDOCKER_FREE_WARNING // GIB} GiB there, or move "
+        return warning("udocker directory", detail, f"free at least {size_text(UDOCKER_FREE_WARNING)} there, or move "
                        "udocker_dir: each image takes 1-3 GiB pulled and as much again as a container")
     return ok("udocker directory", detail)
 

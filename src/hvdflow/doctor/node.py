@@ -23,10 +23,10 @@ from typing import Optional, Sequence
 from hvdflow.config.profile import load_profile
 from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.errors import HvdflowError
+from hvdflow.files.heartbeat import size_text
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
 
 MARKER = "hvdflow-doctor-node: "
-GIB = 1024 ** 3
 
 
 def gpus(wanted: int) -> Finding:
@@ -68,11 +68,11 @@ def scratch(scratch_dir: Path, need_bytes: int) -> Finding:
                        "set slurm.scratch_dir in the profile's hvdflow.yaml to node-local storage the job may write "
                        "($TMPDIR where Slurm gives each job its own)")
     free = shutil.disk_usage(scratch_dir).free
-    detail = f"{host}: {scratch_dir} writable, {free / GIB:.1f} GiB free"
+    detail = f"{host}: {scratch_dir} writable, {size_text(free)} free"
     if need_bytes and free < need_bytes:
-        return failure("node scratch", f"{detail}; the largest prepared dataset needs {need_bytes / GIB:.1f} GiB",
+        return failure("node scratch", f"{detail}; the largest prepared dataset needs {size_text(need_bytes)}",
                        "point slurm.scratch_dir at a larger node-local filesystem")
-    return ok("node scratch", detail + (f", the largest dataset {need_bytes / GIB:.2f} GiB" if need_bytes else ""))
+    return ok("node scratch", detail + (f", the largest dataset {size_text(need_bytes)}" if need_bytes else ""))
 
 
 def shared_directory(probe: Path, expected: str, what: str) -> Finding:

@@ -18,6 +18,7 @@ from hvdflow.doctor.findings import FAILURE, Finding, failure, ok, warning
 from hvdflow.doctor.node import read_node_report
 from hvdflow.doctor.profile_files import DoctorProfile, load_doctor_profile
 from hvdflow.errors import HvdflowError
+from hvdflow.files.heartbeat import tree_bytes
 from hvdflow.files.yamlfile import load_mapping
 from hvdflow.images.catalog import ImageSpec, load_catalog
 from hvdflow.slurm.launch import host_code_env
@@ -29,8 +30,7 @@ NODE_JOB_WAIT = 600.0
 
 def largest_dataset_bytes(workdir: Path) -> int:
     """The bytes of the largest prepared dataset (``resources/datasets/<name>/``), what staging copies to a node."""
-    sizes = [sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-             for folder in (workdir / "resources" / "datasets").glob("*") if folder.is_dir()]
+    sizes = [tree_bytes(folder) for folder in (workdir / "resources" / "datasets").glob("*") if folder.is_dir()]
     return max(sizes, default=0)
 
 

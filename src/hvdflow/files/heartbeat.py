@@ -70,14 +70,6 @@ def last_line(path: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def to_file(path: Path) -> Callable[[str], None]:
-    """A writer that appends each line to ``path`` (a rule's log)."""
-    def write(line: str) -> None:
-        with open(path, "a") as handle:
-            handle.write(line + "\n")
-    return write
-
-
 def to_stderr(line: str) -> None:
     """A writer for a command run on a terminal."""
     print(line, file=sys.stderr, flush=True)

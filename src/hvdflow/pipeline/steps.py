@@ -16,7 +16,7 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.files.heartbeat import heartbeat, last_line, layers_text, to_file
+from hvdflow.files.heartbeat import heartbeat, last_line, layers_text
 from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
@@ -50,7 +50,7 @@ def logged(log: Path, detail: Optional[Callable[[], str]] = None) -> Iterator[No
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] start\n")
         handle.flush()  # the step may append its own lines (progress) while this handle is open
         try:
-            with heartbeat(to_file(log), f"{log.parent.name} {log.stem}", detail):
+            with heartbeat(lambda line: note(log, line), f"{log.parent.name} {log.stem}", detail):
                 yield
         except BaseException as exc:
             handle.write(f"error: {exc}\n")
