@@ -66,6 +66,8 @@ def test_doctor_finds_the_image_at_the_registry_then_names_the_registry_gone_wit
     assert found["udocker directory"]["status"] == OK and "will be made" in found["udocker directory"]["detail"]
     assert found["proot"]["status"] == WARNING  # nothing pulled into this udocker directory yet
     assert "slurm client" not in found  # scheduler: none
+    assert found["image builds"] == {"check": "image builds", "status": OK, "detail": "as root (mmdebstrap, chroot)",
+                                     "fix": ""}, found
     assert report["profile"] == str(root / "profiles" / "site") and report["host"]
 
     (root / "profiles" / "site" / "hvdflow.yaml").write_text(

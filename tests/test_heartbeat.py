@@ -3,11 +3,17 @@ threads and files; the pipeline's own logs are checked in tests/test_pipeline.py
 
 from __future__ import annotations
 
+import json
+import os
+import pty
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from conftest import REPO
 from hvdflow.files.heartbeat import (
     elapsed_text,
     heartbeat,
@@ -16,8 +22,10 @@ from hvdflow.files.heartbeat import (
     size_text,
     tree_bytes,
 )
+from hvdflow.images.build.image import BuildProgress
+from hvdflow.launch.runtime import RuntimeSettings
 from hvdflow.launch.supervise import note
-from hvdflow.pipeline.steps import logged
+from hvdflow.pipeline.steps import logged, runtime_setup_detail
 
 
 def test_a_long_block_gets_lines_with_its_time_and_detail_and_none_after_it(tmp_path: Path) -> None:
@@ -72,3 +80,70 @@ def test_times_sizes_trees_and_last_lines_read_as_a_person_would(tmp_path: Path)
     assert tree_bytes(tmp_path / "a") == 42 and tree_bytes(tmp_path / "none") == 0
     (tmp_path / "log").write_text("first\n" + "x" * 5000 + "\nlast line  \n\n")
     assert last_line(tmp_path / "log") == "last line" and last_line(tmp_path / "none") == ""
+
+
+_COMMAND = ("import time\nfrom hvdflow.files.heartbeat import heartbeat, to_stderr\n"
+            "with heartbeat(to_stderr, 'building small', lambda: 'the layers'):\n    time.sleep(2.6)\n"
+            "print('after', flush=True)\n")
+
+
+def test_a_commands_progress_is_one_line_redrawn_on_a_terminal_and_plain_lines_elsewhere() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "HVDFLOW_PROGRESS_SECONDS": "1"}
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", _COMMAND], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(controller, 4096)
+        except OSError:  # EIO: the command has closed its end of the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(controller)
+    assert proc.wait(timeout=30) == 0 and proc.stdout is not None and proc.stdout.read() == b"after\n"
+    screen = drawn.decode()
+    redraws = screen[:-2].split("\r")[1:]
+    assert 1 <= len(redraws) <= 3, screen  # one each second of the 2.6 s
+    assert all(part.startswith("[") and "] building small: running for " in part and "; the layers\x1b[K" in part
+               for part in redraws), screen
+    assert screen.endswith("\x1b[K\r\n"), screen  # the line is left, once, to what follows (the pty adds \r)
+
+    piped = subprocess.run([sys.executable, "-c", _COMMAND], env=env, capture_output=True, text=True, timeout=30)
+    lines = piped.stderr.splitlines()
+    assert 1 <= len(lines) <= 3 and "\r" not in piped.stderr and "\x1b" not in piped.stderr, piped.stderr
+    assert all(line.endswith("] building small: running for 1 s; the layers") or "running for 2 s" in line
+               for line in lines), lines
+
+
+def test_a_builds_progress_names_its_phase_and_the_debian_packages_installed_so_far(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    progress = BuildProgress()
+    progress.enter("the root filesystem: Debian's packages (mmdebstrap), then the wheels (pip)", log)
+    assert progress.text(log) == "the root filesystem: Debian's packages (mmdebstrap), then the wheels (pip)"
+    progress.rootfs, progress.packages = tmp_path / "rootfs", 187
+    info = progress.rootfs / "var" / "lib" / "dpkg" / "info"
+    info.mkdir(parents=True)
+    for name in ("libc6:amd64.list", "base-files.list", "base-files.md5sums"):
+        (info / name).write_text("")
+    with open(log, "a") as out:
+        out.write("I: installing remaining packages inside the chroot...\n")
+    assert progress.text(log) == ("the root filesystem: Debian's packages (mmdebstrap), then the wheels (pip); "
+                                  "2 of 187 Debian packages installed; "
+                                  "I: installing remaining packages inside the chroot...")
+    assert log.read_text().startswith("hvdflow: the root filesystem: ")
+
+
+def test_a_native_steps_progress_is_its_venvs_newest_build_line_only_while_that_log_is_written(tmp_path: Path) -> None:
+    record = tmp_path / "hvdflow-cpu.json"
+    record.write_text(json.dumps({"image": "hvdflow-cpu"}))
+    (tmp_path / "hvdflow-cpu.build.log").write_text("an old build's last line\n")
+    os.utime(tmp_path / "hvdflow-cpu.build.log", (time.time() - 600, time.time() - 600))
+    assert runtime_setup_detail(RuntimeSettings("udocker", native_venv_dir=tmp_path), record) is None
+    detail = runtime_setup_detail(RuntimeSettings("native", native_venv_dir=tmp_path), record)
+    assert detail is not None and detail() == ""  # an earlier run's log says nothing of this one
+    with open(tmp_path / "hvdflow-cpu.build.log", "a") as out:
+        out.write("[ 42%] Building CXX object horovod/common/CMakeFiles/operations.cc.o\n")
+    assert detail() == "native runtime set-up: [ 42%] Building CXX object horovod/common/CMakeFiles/operations.cc.o"

@@ -145,6 +145,9 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     slurm = record["slurm"]
     assert slurm["job_id"] and slurm["nodelist"] == "n[1-2]" and slurm["tasks_per_node"] == "2(x2)"
     assert sorted(slurm["staging"]) == ["n1", "n2"] and all(s["bytes"] > 0 for s in slurm["staging"].values())
+    rule_log = (pipeline.root / "logs" / "train" / "cluster.log").read_text()
+    for host in ("n1", "n2"):  # each node's staging, in the rule's log
+        assert f"hvdflow: staged on {host}: " in rule_log and " shards, copied and verified in " in rule_log, rule_log
     assert not node_scratch_leftovers(cluster)
     # one source of code: the rule and every job step on both nodes imported the pipeline tree's own hvdflow
     assert record["code"]["hvdflow_source"] == str(pipeline.root / "src")
@@ -497,6 +500,7 @@ def test_doctor_checks_a_compute_node_through_one_slurm_job_and_names_each_failu
     assert found["image hvdflow-cpu"]["status"] == "ok" and digest in found["image hvdflow-cpu"]["detail"], found
     assert found["proot"]["status"] == "ok" and "opt/hvdflow/bin/proot runs commands" in found["proot"]["detail"]
     assert found["gpus"]["status"] == "ok" and found["partition"]["detail"].startswith("debug: up, 2 nodes"), found
+    assert found["image builds"]["status"] == "ok" and found["image builds"]["detail"].startswith("without root"), found
     assert not list(udocker_dir.glob(".hvdflow-doctor-*"))  # the probe file the node read is gone
 
     (profile_dir / "config.yaml").write_text(resources.replace("slurm_partition: debug", "slurm_partition: gpu-nope"))

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
-from hvdflow.files.heartbeat import heartbeat, last_line, layers_text, to_stderr
+from hvdflow.files.heartbeat import heartbeat, layers_text, to_stderr
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 
@@ -133,13 +133,22 @@ def cmd_image_update(args: argparse.Namespace) -> int:
 
 
 def cmd_image_build(args: argparse.Namespace) -> int:
-    """Build an image from its recipe into the cache (root: mmdebstrap and chroot need it)."""
-    from hvdflow.images.build.image import build_image
+    """Build an image from its recipe into the cache (as root, or in a user namespace where this user is root)."""
+    from hvdflow.images.build.image import BuildProgress, build_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    with heartbeat(to_stderr, f"building {spec.name}", lambda: last_line(args.log)):
-        image = build_image(spec, args.log, args.debian)
-    print(json.dumps({"layout": str(image.layout), "tag": image.tag, "manifest_digest": image.manifest_digest}))
+    progress = BuildProgress()
+    with heartbeat(to_stderr, f"building {spec.name}", lambda: progress.text(args.log)):
+        image = build_image(spec, args.log, args.debian, progress)
+    built = {"layout": str(image.layout), "tag": image.tag, "manifest_digest": image.manifest_digest}
+    if args.archive is not None:
+        from hvdflow.images.archive import archive_layout
+
+        with heartbeat(to_stderr, f"writing {spec.name} to {args.archive}"):
+            archive_layout(image.layout, args.archive)
+        built["archive"] = str(args.archive)
+        print(f"hvdflow: load it where it runs: hvdflow image load {spec.name} {args.archive}", file=sys.stderr)
+    print(json.dumps(built))
     return 0
 
 
@@ -158,11 +167,13 @@ def cmd_image_pin(args: argparse.Namespace) -> int:
 
 def cmd_image_push(args: argparse.Namespace) -> int:
     """Build (or take from the cache) an image and push it to a registry."""
-    from hvdflow.images.build.image import build_image, push_image
+    from hvdflow.images.build.image import BuildProgress, build_image, push_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
-    with heartbeat(to_stderr, f"building and pushing {spec.name}", lambda: last_line(args.log)):
-        image = build_image(spec, args.log, args.debian)
+    progress = BuildProgress()
+    with heartbeat(to_stderr, f"building and pushing {spec.name}", lambda: progress.text(args.log)):
+        image = build_image(spec, args.log, args.debian, progress)
+        progress.enter(f"pushing to {args.registry}", args.log)
         push_image(image, _require_registry(args), spec.repository, spec.tag, args.log)
     print(json.dumps({"pushed": f"{args.registry}/{spec.reference}", "manifest_digest": image.manifest_digest}))
     return 0
@@ -243,6 +254,17 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     return rerun(request).exit_status
 
 
+def _exec_as_namespace_root(argv: list[str]) -> None:
+    """Run this command again, in place of this process, as root of a user namespace holding this user's
+    subordinate ids (mmdebstrap and chroot need root; ``images.build.rootless`` says how)."""
+    from hvdflow.images.build.rootless import rootless_argv
+
+    command = rootless_argv([sys.executable, "-m", "hvdflow", *argv])
+    print(f"hvdflow: building without root, in a user namespace: {' '.join(command[:3])}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os.execvp(command[0], command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hvdflow`` command."""
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
@@ -258,11 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
         _catalog_args(p)
         if name == "push":
             _registry_arg(p)
+        else:
+            p.add_argument("--archive", type=Path, default=None, help="also write the built image to this OCI "
+                           "archive, digest intact (`hvdflow image load NAME ARCHIVE` takes it; no registry needed)")
         p.add_argument("--log", type=Path, default=Path("logs/image-build.log"), help="build log")
         p.add_argument("--debian", choices=DEBIAN_MODES, default="check", help="where Debian's mirror no longer serves "
                        "a version the recipe's Debian manifest pins: check (default: fail, naming the packages), follow "
                        "(take the mirror's version and say which), pin (apt unpinned; rewrite the manifest: a new image)")
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, builds_rootfs=True)
     pin = image.add_parser("pin", help="write the sha256 of every file PyPI holds of each pinned Python requirement "
                            "of the image's recipe (pip installs them with --require-hashes)")
     _catalog_args(pin)
@@ -378,6 +403,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
+        if getattr(args, "builds_rootfs", False) and os.geteuid() != 0:
+            _exec_as_namespace_root(sys.argv[1:] if argv is None else argv)
         return func(args)
     except HvdflowError as exc:
         print(f"hvdflow: error: {exc}", file=sys.stderr)

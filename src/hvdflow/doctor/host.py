@@ -18,6 +18,7 @@ from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.errors import HvdflowError, RegistryUnreachable
 from hvdflow.files.heartbeat import size_text
 from hvdflow.files.private import in_shared_place
+from hvdflow.images.build.rootless import rootless_problem
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
@@ -159,6 +160,17 @@ def user_namespaces() -> Finding:
         return warning("user namespaces", f"max_user_namespaces = {count}; unshare --user failed: "
                        f"{proc.stderr.strip()[-200:]}", "the faster runc modes are unavailable; P1 (proot) works")
     return ok("user namespaces", f"allowed (max_user_namespaces = {count})")
+
+
+def image_builds() -> Finding:
+    """Whether this user can build hvdflow's images here: as root, or without root in a user namespace."""
+    if os.geteuid() == 0:
+        return ok("image builds", "as root (mmdebstrap, chroot)")
+    problem = rootless_problem()
+    if problem is not None:
+        return warning("image builds", f"not without root here: {problem[0]}", problem[1])
+    return ok("image builds", "without root: in a user namespace holding this user's subordinate ids, mmdebstrap in "
+              "its unshare mode")
 
 
 def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], lock_path: Path,

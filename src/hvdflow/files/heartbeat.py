@@ -1,10 +1,12 @@
 """Progress of a long step: a line at least every ``HVDFLOW_PROGRESS_SECONDS`` (30 by default) while it runs, with
 the time so far and what the step can say of itself (bytes pulled, items prepared), so that a log or a terminal
-that shows only ``start`` for minutes never leaves the user guessing whether anything happens."""
+that shows only ``start`` for minutes never leaves the user guessing whether anything happens. On a terminal, the
+commands' progress is one line redrawn every second instead."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -70,9 +72,41 @@ def last_line(path: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def to_stderr(line: str) -> None:
-    """A writer for a command run on a terminal."""
-    print(line, file=sys.stderr, flush=True)
+def fresh_last_line(path: Path, since: float) -> str:
+    """:func:`last_line` of ``path`` if it was written at or after ``since`` (a time.time()), else "": the progress
+    of a log that may be an old run's."""
+    try:
+        return last_line(path) if path.stat().st_mtime >= since else ""
+    except OSError:
+        return ""
+
+
+class StderrProgress:
+    """Progress on stderr: on a terminal one line redrawn in place every second (cut to the terminal's width), ended
+    by a newline when the step ends; elsewhere (a log, a pipe, a batch job) plain lines every
+    :func:`progress_seconds`."""
+
+    def in_place(self) -> bool:
+        """Whether stderr is a terminal."""
+        return sys.stderr.isatty()
+
+    def __call__(self, line: str) -> None:
+        if self.in_place():
+            width = shutil.get_terminal_size().columns
+            sys.stderr.write("\r" + line[:max(width - 1, 20)] + "\x1b[K")
+            sys.stderr.flush()
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def end(self, drawn: bool) -> None:
+        """Leave the terminal's line to what follows (after at least one line was drawn in place)."""
+        if drawn and self.in_place():
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+to_stderr = StderrProgress()
+"""The writer of a command's progress (``hvdflow image build|push|pull|load|save``)."""
 
 
 @contextmanager
@@ -80,8 +114,9 @@ def heartbeat(write: Callable[[str], None], what: str, detail: Optional[Callable
               every: Optional[float] = None) -> Iterator[None]:
     """While the block runs, ``write`` ``[time] <what>: running for <elapsed>[; <detail()>]`` every ``every``
     seconds (:func:`progress_seconds` by default); nothing once it has ended. A detail that fails is left out."""
-    interval = progress_seconds() if every is None else every
-    started, done = time.monotonic(), threading.Event()
+    terminal = isinstance(write, StderrProgress) and write.in_place()
+    interval = every if every is not None else 1.0 if terminal else progress_seconds()
+    started, done, drawn = time.monotonic(), threading.Event(), []
 
     def beat() -> None:
         while not done.wait(interval):
@@ -92,6 +127,7 @@ def heartbeat(write: Callable[[str], None], what: str, detail: Optional[Callable
                 said = ""
             if not done.is_set():
                 write(f"{line}; {said}" if said else line)
+                drawn.append(True)
 
     thread = threading.Thread(target=beat, name=f"heartbeat {what}", daemon=True)
     thread.start()
@@ -100,3 +136,5 @@ def heartbeat(write: Callable[[str], None], what: str, detail: Optional[Callable
     finally:
         done.set()
         thread.join()
+        if isinstance(write, StderrProgress):
+            write.end(bool(drawn))

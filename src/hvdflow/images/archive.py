@@ -92,6 +92,25 @@ def save_archive(manifest: Manifest, ref_name: str, out: Path, credentials: Cred
         shutil.rmtree(work, ignore_errors=True)
 
 
+def archive_layout(layout: Path, out: Path) -> None:
+    """Write the OCI image layout directory ``layout`` (a built image) as an OCI archive at ``out``: every blob and
+    ``index.json`` as they are, so the archive holds the layout's digest. Written beside ``out`` and renamed into
+    place, so an interrupted write never leaves a file that looks complete."""
+    index = json.loads((layout / "index.json").read_text())
+    blobs = sorted((layout / "blobs" / "sha256").iterdir())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}-")
+    os.close(fd)
+    try:
+        write_oci_tar(Path(tmp), index, [(blob.name, blob.stat().st_size, lambda blob=blob: open(blob, "rb"))
+                                         for blob in blobs])
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 @dataclass(frozen=True)
 class ArchivedImage:
     """An image found in an archive and verified there: its manifest and the name the archive gives it."""

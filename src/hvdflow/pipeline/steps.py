@@ -16,14 +16,14 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.files.heartbeat import heartbeat, last_line, layers_text
+from hvdflow.files.heartbeat import fresh_last_line, heartbeat, last_line, layers_text
 from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch import faults
 from hvdflow.launch.image_check import check_image, needs_of, refusal, table
-from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for
+from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for, setup_log
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
@@ -56,6 +56,17 @@ def logged(log: Path, detail: Optional[Callable[[], str]] = None) -> Iterator[No
             handle.write(f"error: {exc}\n")
             raise
         handle.write(f"[{time.strftime('%Y-%m-%dT%H:%M:%S')}] done\n")
+
+
+def runtime_setup_detail(settings: RuntimeSettings, image_record: Path) -> Optional[Callable[[], str]]:
+    """A progress detail for a step whose runtime sets itself up at length (the native venv's first creation compiles
+    Horovod for minutes): the newest line of that set-up's log while it is being written; None where the runtime
+    has no such set-up."""
+    log = setup_log(settings, str(json.loads(image_record.read_text())["image"]))
+    if log is None:
+        return None
+    since = time.time()
+    return lambda: (f"{settings.kind} runtime set-up: " + line) if (line := fresh_last_line(log, since)) else ""
 
 
 def run_log_tail(log: Path) -> Callable[[], str]:
@@ -133,7 +144,7 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
     refuses, or outside Slurm, the step fails so that the rule's retries (or the next call) resume it.
     ``HVDFLOW_INJECT_RANK_FAILURE`` makes a rank fail on purpose (for tests: :mod:`hvdflow.launch.faults`).
     """
-    with logged(log):
+    with logged(log, runtime_setup_detail(RuntimeSettings.of_profile(profile, Path(config["catalog"])), image_record)):
         started = time.time()
         out_dir, logs_dir = record_out.parent.resolve(), log.resolve().with_suffix("")
         digest = str(json.loads(image_record.read_text())["digest"])
@@ -166,7 +177,8 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
 def benchmark_measure_step(measurement: Measurement, spec: BenchmarkSpec, profile: ClusterProfile, catalog: Path,
                            image_record: Path, out: Path, log: Path) -> None:
     """One benchmark measurement in its runtime (udocker, or the native venv of the same image's packages)."""
-    with logged(log):
+    settings = RuntimeSettings.of_profile(replace(profile, runtime=measurement.runtime), catalog)
+    with logged(log, runtime_setup_detail(settings, image_record)):
         runtime = runtime_for(replace(profile, runtime=measurement.runtime), image_record, catalog)
         measure(runtime, profile.launcher, spec, measurement, out.resolve(), log.resolve().with_suffix(""),
                 profile.slurm, profile.network_interface, profile.step_timeout, log.resolve(), profile.cpu_bind)

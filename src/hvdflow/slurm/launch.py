@@ -143,12 +143,14 @@ def _raise_for_rank(label: str, logs: Path, exc: LaunchError) -> None:
 
 
 def _run_step(label: str, argv: Sequence[str], log: Path, env: dict[str, str], timeout: Optional[float], logs: Path,
-              progress: Optional[Path] = None) -> None:
-    """Run one job step to completion; LaunchError naming the failed rank and its log (RunStopped as it is)."""
-    follow = ProgressFollower(logs / "rank-0.log", progress)  # from the log's end before the step appends to it
+              progress: Optional[Path] = None, follow: Optional[Path] = None) -> None:
+    """Run one job step to completion, its progress lines (those of ``follow``, rank 0's log by default) copied to
+    ``progress``; LaunchError naming the failed rank and its log (RunStopped as it is)."""
+    # from the log's end before the step appends to it
+    follower = ProgressFollower(follow or logs / "rank-0.log", progress)
     step = start(label, argv, log, env)
     try:
-        supervise([step], timeout, follow=follow)
+        supervise([step], timeout, follow=follower)
     except RunStopped:
         raise
     except LaunchError as exc:
@@ -197,9 +199,9 @@ class StagedJob:
 
 @contextmanager
 def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_per_task: int, timeout: Optional[float],
-               elastic: bool = False) -> Iterator[StagedJob]:
+               elastic: bool = False, progress: Optional[Path] = None) -> Iterator[StagedJob]:
     """Stage the dataset on every node (a job step in the training's layout), then clean the nodes' scratch up when
-    the ranks are done, whatever happened.
+    the ranks are done, whatever happened. Each node's bytes copied so far go to ``progress`` (the rule's log).
 
     The staging step also runs for a job without a dataset: it sweeps ended jobs' scratch and reports the allocation
     (the MPI mode needs it); it copies nothing then. An ``elastic`` job may have lost nodes (--no-kill): the clean-up
@@ -217,7 +219,7 @@ def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_p
     try:
         _run_step("staging", staging_step(cluster, ranks, nodes, cpus_per_task, sys.executable,
                                           str(job.dataset_dir or NO_DATASET), staged, reports, _live_jobs(job_id)),
-                  logs / "staging.log", env, timeout, logs)
+                  logs / "staging.log", env, timeout, logs, progress, follow=logs / "staging.log")
         yield StagedJob(job_id, staged, reports, env)
     finally:
         clean_scratch(staged.parent, len(job_nodes(job_id)) if elastic else nodes, logs / "cleanup.log", env)
@@ -243,7 +245,7 @@ def launch_slurm_gloo(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob,
     Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
     they come.
     """
-    with staged_job(runtime, cluster, job, cpus_per_task, timeout) as staged:
+    with staged_job(runtime, cluster, job, cpus_per_task, timeout, progress=progress) as staged:
         program = _rank_tasks(runtime, "gloo", cluster, job, staged.staged)
         _train_gloo(runtime, cluster, ranks_step(cluster, job.ranks, job.nodes, program, cpus_per_task), job.logs_dir,
                     staged.env, timeout, progress)
@@ -253,7 +255,7 @@ def launch_slurm_mpi(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, 
                      timeout: Optional[float], progress: Optional[Path] = None) -> None:
     """Stage the dataset on every node, run the ranks from the host's mpirun through Slurm, clean up (as
     :func:`launch_slurm_gloo`)."""
-    with staged_job(runtime, cluster, job, cpus_per_task, timeout) as staged:
+    with staged_job(runtime, cluster, job, cpus_per_task, timeout, progress=progress) as staged:
         program = _rank_tasks(runtime, "mpi", cluster, job, staged.staged)
         mpi_env = {**staged.env, **_allocation_env(staged.reports, staged.job_id, job.ranks, job.nodes)}
         gpus = gpus_per_node_needed(job.ranks, job.nodes, cluster)
@@ -266,7 +268,7 @@ def launch_slurm_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJ
                          cpus_per_task: int, timeout: Optional[float], progress: Optional[Path] = None) -> None:
     """Stage the dataset on every node, run an elastic run whose ranks are the workers of Horovod's elastic driver,
     each a job step of its own on the job's healthy nodes (:mod:`hvdflow.slurm.elastic`), clean up."""
-    with staged_job(runtime, cluster, job, cpus_per_task, timeout, elastic=True) as staged:
+    with staged_job(runtime, cluster, job, cpus_per_task, timeout, elastic=True, progress=progress) as staged:
         address = rendezvous_address(cluster.network_interface)
         binds = [job.logs_dir, job.out_dir, staged.staged.parent, *job.read_paths]
         workers = SlurmWorkers(cluster, staged.job_id, max_tasks_per_node(job.ranks, job.nodes), cpus_per_task,

@@ -31,6 +31,7 @@ from typing import Optional
 
 from hvdflow import code_location
 from hvdflow.errors import LaunchError
+from hvdflow.files.heartbeat import elapsed_text, heartbeat, size_text
 from hvdflow.files.private import UnsafePlace, check_private, private_dir, remove_own
 from hvdflow_index import DatasetError, read_index, verified_shards
 from hvdflow_wire import WireError
@@ -74,16 +75,23 @@ def stage(source: Path, dest: Path) -> int:
 
     The copy goes to ``DEST.partial`` first, so a half-copied dataset never looks staged.
     """
-    host = os.uname().nodename
+    host, started = os.uname().nodename, time.monotonic()
     private_job_dir(dest.parent)
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     index = read_index(str(source))
+    files = [str(shard["file"]) for split in index["splits"]  # type: ignore[attr-defined]
+             for shard in index["splits"][split]["shards"]]  # type: ignore[index]
+    total = sum((source / name).stat().st_size for name in files)
     copied = 0
-    for split in index["splits"]:  # type: ignore[attr-defined]
-        for shard in index["splits"][split]["shards"]:  # type: ignore[index]
-            copied += _copy(source / shard["file"], partial / shard["file"])
+
+    def said() -> str:
+        return f"{size_text(copied)} of {size_text(total)} copied"
+
+    with heartbeat(lambda line: print(f"hvdflow: {line}", file=sys.stderr, flush=True), f"staging on {host}", said):
+        for name in files:
+            copied += _copy(source / name, partial / name)
     _copy(source / "index.json", partial / "index.json")
     try:
         for split in index["splits"]:  # type: ignore[attr-defined]
@@ -92,6 +100,8 @@ def stage(source: Path, dest: Path) -> int:
         raise LaunchError(f"staging to {host} failed verification: {exc}") from None
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(partial, dest)
+    print(f"hvdflow: staged on {host}: {size_text(copied)} in {len(files)} shards, copied and verified in "
+          f"{elapsed_text(time.monotonic() - started)}", file=sys.stderr, flush=True)
     return copied
 
 

@@ -18,6 +18,7 @@ from typing import Optional
 from hvdflow.errors import ConfigError
 from hvdflow.images.build.commands import BuildError, run_step
 from hvdflow.images.build.pins import apt_preferences, check_debian_packages, read_debian_manifest, write_debian_manifest
+from hvdflow.images.build.rootless import mmdebstrap_mode
 from hvdflow.images.build.toolchain import chroot_argv
 from hvdflow.images.build.wheels import pip_install_argvs
 from hvdflow.images.recipe import Recipe
@@ -42,6 +43,15 @@ def horovod_check(recipe: Recipe) -> str:
             + "print('tensorflow', tf.__version__, 'horovod', horovod.__version__)")
 
 
+def debian_env(source_date_epoch: int) -> dict[str, str]:
+    """mmdebstrap's environment: this one without Python's variables, with the recipe's SOURCE_DATE_EPOCH and
+    PYTHONDONTWRITEBYTECODE=1, so that every ``.pyc`` of the Debian part is py3compile's (hash-checked, as
+    SOURCE_DATE_EPOCH asks) and none comes from py3compile's own imports (timestamped, and present or not as the
+    builder's environment had it: the same recipe then gave two digests)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    return {**env, "SOURCE_DATE_EPOCH": str(source_date_epoch), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def installed_packages(root: Path) -> dict[str, str]:
     """``{package: version}`` of every Debian package installed in the root filesystem ``root``."""
     proc = subprocess.run(["dpkg-query", f"--admindir={root}/var/lib/dpkg", "-W", "-f", "${Package} ${Version}\\n"],
@@ -59,12 +69,12 @@ def _debian(recipe: Recipe, dest: Path, log: Path, mode: str) -> None:
         raise ConfigError(f"{recipe.path}: debian_packages: {recipe.debian_packages} does not exist; write it once with "
                           "`hvdflow image build NAME --debian pin` (as root)")
     pinned = {} if pin else read_debian_manifest(recipe.debian_packages)
-    env = dict(os.environ, SOURCE_DATE_EPOCH=str(recipe.source_date_epoch))
+    env = debian_env(recipe.source_date_epoch)
     with tempfile.NamedTemporaryFile("w", suffix=".pref") as preferences:
         preferences.write(apt_preferences(pinned))
         preferences.flush()
         os.chmod(preferences.name, 0o644)
-        run_step(["mmdebstrap", f"--variant={recipe.variant}", "--include=" + ",".join(recipe.apt_packages),
+        run_step(["mmdebstrap", *mmdebstrap_mode(), f"--variant={recipe.variant}", "--include=" + ",".join(recipe.apt_packages),
                   f'--setup-hook=mkdir -p "$1"/etc/apt/preferences.d && cp {preferences.name} "$1"/{_PREFERENCES}',
                   f'--customize-hook=rm -f "$1"/{_PREFERENCES} "$1"/etc/resolv.conf "$1"/etc/hostname',
                   recipe.suite, str(dest)], log, env=env)

@@ -19,11 +19,14 @@ from typing import Mapping, Optional, Sequence
 
 from hvdflow.files.cache import cache_root, content_key, source_fingerprint
 from hvdflow.images.build.commands import BuildError, run_step
+from hvdflow.images.build.rootless import mmdebstrap_mode
 from hvdflow.images.recipe import Recipe
 
 HOST_PYTHON = "/usr/bin/python3"
 BUILD_ROOT_PACKAGES = ("python3", "python3-venv", "python3-dev", "binutils")
 """What every build root holds besides the recipe's ``horovod.build_apt_packages``."""
+CHROOT = "/usr/sbin/chroot"
+"""Debian's chroot, named by path: an ordinary user's PATH (a rootless build) has no /usr/sbin."""
 _PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _PROBE = "import os, platform; print(platform.python_version()); print(os.confstr('CS_GNU_LIBC_VERSION').split()[1])"
 OLDEST_MANYLINUX_GLIBC_MINOR = 5
@@ -100,7 +103,7 @@ def debian_package_version(package: str, root: Optional[Path] = None) -> str:
 def chroot_argv(root: Path, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> list[str]:
     """``argv`` run in the Debian root ``root`` by chroot, with a clean environment plus ``env``."""
     extra = [f"{k}={v}" for k, v in sorted((env or {}).items())]
-    return ["chroot", str(root), "env", "-i", _PATH, "HOME=/root", "LANG=C.UTF-8", *extra, *argv]
+    return [CHROOT, str(root), "env", "-i", _PATH, "HOME=/root", "LANG=C.UTF-8", *extra, *argv]
 
 
 def _probe(argv: list[str]) -> tuple[str, str]:
@@ -143,8 +146,8 @@ def ensure_build_root(recipe: Recipe, log: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     try:
-        run_step(["mmdebstrap", "--variant=minbase", "--include=" + ",".join(packages), recipe.suite, str(tmp / "root")],
-                 log)
+        run_step(["mmdebstrap", *mmdebstrap_mode(), "--variant=minbase", "--include=" + ",".join(packages),
+                  recipe.suite, str(tmp / "root")], log)
         (tmp / "COMPLETE").write_text("")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

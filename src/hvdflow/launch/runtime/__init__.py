@@ -6,7 +6,7 @@ the :class:`Runtime` protocol only, so launchers and pipeline steps do not know 
 native runtime exists to measure what the container costs.
 """
 
-from hvdflow.launch.runtime.base import Runtime, expose_gpus, make_runtime, recorded_engine, runtime_for
+from hvdflow.launch.runtime.base import Runtime, expose_gpus, make_runtime, recorded_engine, runtime_for, setup_log
 from hvdflow.launch.runtime.settings import RuntimeSettings
 
-__all__ = ["Runtime", "RuntimeSettings", "expose_gpus", "make_runtime", "recorded_engine", "runtime_for"]
+__all__ = ["Runtime", "RuntimeSettings", "expose_gpus", "make_runtime", "recorded_engine", "runtime_for", "setup_log"]

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord
-from hvdflow.launch.runtime.native import native_recorded_engine, native_runtime
+from hvdflow.launch.runtime.native import native_recorded_engine, native_runtime, native_setup_log
 from hvdflow.launch.runtime.settings import RuntimeSettings
 from hvdflow.launch.runtime.udocker import expose_gpus as udocker_expose_gpus
 from hvdflow.launch.runtime.udocker import udocker_recorded_engine, udocker_runtime
@@ -56,11 +56,14 @@ class RuntimeKind:
 
     build: Callable[[RuntimeSettings, ContainerRecord], Runtime]
     recorded_engine: Callable[[RuntimeSettings, Mapping[str, Any]], Optional[dict[str, Any]]]
+    setup_log: Callable[[RuntimeSettings, str], Optional[Path]] = lambda settings, image: None
+    """Where building the runtime for an image logs a set-up that can take minutes (the native venv: Horovod's
+    compile), for the step's progress lines; None where it has none (udocker: the pull step did it)."""
 
 
 KINDS: dict[str, RuntimeKind] = {
     "udocker": RuntimeKind(udocker_runtime, udocker_recorded_engine),
-    "native": RuntimeKind(native_runtime, native_recorded_engine),
+    "native": RuntimeKind(native_runtime, native_recorded_engine, native_setup_log),
 }
 """The one list of runtimes: the profile's name → how it is built and recorded (one line per runtime)."""
 
@@ -71,6 +74,11 @@ def kind_of(settings: RuntimeSettings) -> RuntimeKind:
         return KINDS[settings.kind]
     except KeyError:
         raise ConfigError(f"unknown runtime {settings.kind!r}; choose one of {', '.join(KINDS)}") from None
+
+
+def setup_log(settings: RuntimeSettings, image: str) -> Optional[Path]:
+    """The log of the runtime's own set-up for ``image`` (:attr:`RuntimeKind.setup_log`), or None."""
+    return kind_of(settings).setup_log(settings, image)
 
 
 def make_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Runtime:

@@ -49,6 +49,13 @@ def native_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) 
     return None
 
 
+def native_setup_log(settings: RuntimeSettings, image: str) -> Optional[Path]:
+    """The log of the native venv's creation for ``image`` (the wheels, Horovod's compile, pip)."""
+    from hvdflow.launch.runtime.native_venv import build_log
+
+    return None if settings.native_venv_dir is None else build_log(settings.native_venv_dir, image)
+
+
 def native_runtime(settings: RuntimeSettings, record: ContainerRecord) -> NativeRuntime:
     """The native runtime of ``record``'s image: its venv, created on first use (:mod:`.native_venv`)."""
     if settings.native_venv_dir is None or settings.catalog is None:

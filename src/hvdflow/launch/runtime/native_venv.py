@@ -22,6 +22,11 @@ from hvdflow.images.recipe import load_recipe
 NATIVE_LOCK_TIMEOUT = 3600.0
 
 
+def build_log(venv_dir: Path, image: str) -> Path:
+    """Where the native venv of ``image`` logs its creation (the wheels' download, Horovod's compile, pip)."""
+    return venv_dir / f"{image}.build.log"
+
+
 def native_python(venv_dir: Path, image: str, catalog: Path) -> Path:
     """The interpreter of the native venv for ``image`` under ``venv_dir`` (created on first use, under a lock)."""
     spec = get_image(load_catalog(catalog), image, catalog)
@@ -33,7 +38,7 @@ def native_python(venv_dir: Path, image: str, catalog: Path) -> Path:
         raise ConfigError(f"image {image} has Python {spec.python}, the host's {HOST_PYTHON} is {host.python_version}: "
                           "the native runtime needs the same interpreter")
     with exclusive_lock(venv_dir / ".native.lock", NATIVE_LOCK_TIMEOUT, f"creating the native venv of {image}"):
-        log = venv_dir / f"{image}.build.log"
+        log = build_log(venv_dir, image)
         wheelhouse = ensure_wheelhouse(recipe, host, log)
         wheel = ensure_horovod_wheel(recipe, wheelhouse, host, log)
         venv = venv_dir / f"{image}-{content_key(recipe.fingerprint(), sha256_file(wheel))[:16]}"
