@@ -13,7 +13,7 @@ from hvdflow_index import ChannelStats
 from hvdflow_trainer.input_plan import assign_shards, plan_input
 from hvdflow_trainer.sources import adapter
 from hvdflow_trainer.sources.bigearthnet_labels import LABELS_19, LABELS_43, old_to_new, v1_label_indices
-from hvdflow_trainer.sources.common import BadSample, Excluded, PrepareError, ordered
+from hvdflow_trainer.sources.common import BadSample, Excluded, PrepareError, Progress, ordered
 
 SPLIT = {"validation_fraction": 0.2, "test_fraction": 0.2, "seed": 5}
 
@@ -189,6 +189,21 @@ def test_image_folder_classes_shapes_and_stratified_split(tmp_path: Path) -> Non
     odd = next(s for s in listing["samples"] if s["id"] == "cells_a/img999.png")
     with pytest.raises(BadSample, match=r"img999.png: is 16x20x3 uint8; the dataset's images are 16x16x3 uint8"):
         adapter("image-folder")[1](listing, spec)(odd)
+
+
+def test_a_listing_of_class_folders_says_how_far_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    write_image_folder(tmp_path / "cells", 3)
+    monkeypatch.setattr(Progress, "seconds", 0.0)  # a line at every class folder (every 30 s by default)
+    adapter("image-folder")[0]({"source": "image-folder", "path": str(tmp_path / "cells"), **SPLIT})
+    lines = capsys.readouterr().out.splitlines()
+    root = tmp_path / "cells"
+    assert [line.rsplit(", ", 1)[0] for line in lines] == [
+        f"listing {root}: 0 of 2 class folders, 0 samples so far", f"listing {root}: 1 of 2 class folders, 3 samples so far"]
+    assert all(line.endswith(" s") for line in lines)
+    monkeypatch.setattr(Progress, "seconds", 30.0)
+    adapter("image-folder")[0]({"source": "image-folder", "path": str(tmp_path / "cells"), **SPLIT})
+    assert capsys.readouterr().out == ""  # a listing shorter than the interval says nothing
 
 
 def test_sequences_stack_frames_in_numeric_order(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from hvdflow_index import DATASET_FILE, REPORT_FILE, SPLITS, ChannelStats, Prepa
 
 from .records import ShardWriter
 from .sources import adapter
-from .sources.common import BadSample, Excluded, ordered
+from .sources.common import BadSample, Excluded, Progress, ordered
 from .user_code import UserCodeError, exit_naming
 
 
@@ -134,6 +134,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     lister.add_argument("--spec", required=True, help="the dataset's config entry as JSON (absolute paths)")
     lister.add_argument("--chunks", type=int, required=True)
     lister.add_argument("--out", required=True)
+    lister.add_argument("--progress-seconds", type=float, default=30.0, help="how often to say how far the listing is")
     chunker = sub.add_parser("chunk", help="prepare one chunk of a manifest")
     chunker.add_argument("--manifest", required=True)
     chunker.add_argument("--chunk", type=int, required=True)
@@ -142,6 +143,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     try:
         if args.command == "list":
+            Progress.seconds = args.progress_seconds
             summary = list_dataset(json.loads(args.spec), args.chunks, args.out)
             source = summary["spec"]["source"]  # type: ignore[index]
             name = source if isinstance(source, str) else source["read"]  # type: ignore[index]

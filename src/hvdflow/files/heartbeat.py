@@ -56,9 +56,11 @@ def tree_bytes(folder: Path) -> int:
     return total
 
 
-def layers_text(udocker_dir: Path) -> str:
-    """A pull's progress detail: the bytes in udocker's layer store (it grows as layers arrive)."""
-    return f"{size_text(tree_bytes(udocker_dir / 'layers'))} in udocker's layers"
+def udocker_text(udocker_dir: Path) -> str:
+    """A pull's progress detail: the bytes in udocker's layer store (they grow as layers arrive) and in its containers
+    (they grow as the container is created from the layers)."""
+    return (f"{size_text(tree_bytes(udocker_dir / 'layers'))} in udocker's layers, "
+            f"{size_text(tree_bytes(udocker_dir / 'containers'))} in its containers")
 
 
 def last_line(path: Path) -> str:

@@ -54,7 +54,7 @@ def list_dataset(runtime: Runtime, spec: Mapping[str, Any], chunks: int, manifes
     """Scatter: list a resolved dataset spec's samples into a manifest of ``chunks`` chunks (in the runtime)."""
     manifest_dir.parent.mkdir(parents=True, exist_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.prepare", "list", "--spec", json.dumps(dict(spec), sort_keys=True),
-               "--chunks", str(chunks), "--out", str(manifest_dir)]
+               "--chunks", str(chunks), "--out", str(manifest_dir), "--progress-seconds", str(progress_seconds())]
     run_one(runtime, command, [manifest_dir.parent, *bind_paths(spec)], log, timeout, f"listing dataset {spec['name']}")
 
 

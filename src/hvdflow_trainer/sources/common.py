@@ -13,9 +13,26 @@ from __future__ import annotations
 import csv
 import os
 import re
+import time
 from typing import Dict, Iterable, List, Sequence
 
 from hvdflow_index import SPLITS, PrepareError
+
+
+class Progress:
+    """Says how far a long loop of a listing is, on stdout (the step's run log, whose last line the step's progress
+    shows), at most every :attr:`seconds` (the command's ``--progress-seconds``)."""
+
+    seconds = 30.0
+
+    def __init__(self) -> None:
+        self.started = self.reported = time.time()
+
+    def say(self, text: str, *values: object) -> None:
+        """Print ``text % values`` with the time so far if :attr:`seconds` have passed since the last line."""
+        if time.time() - self.reported >= Progress.seconds:
+            self.reported = time.time()
+            print("%s, %.0f s" % (text % values, self.reported - self.started), flush=True)
 
 
 class BadSample(Exception):

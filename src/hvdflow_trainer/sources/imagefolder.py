@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Tuple
 
-from .common import BadSample, PrepareError, as_hwc, assign_splits, natural_key, read_image
+from .common import BadSample, PrepareError, Progress, as_hwc, assign_splits, natural_key, read_image
 
 IMAGE_SUFFIXES = (".png", ".tif", ".tiff")
 PIXEL_TYPES = ("uint8", "uint16", "float32")
@@ -37,7 +37,9 @@ def list_samples(spec: Dict[str, object]) -> Dict[str, object]:
     if len(classes) < 2:
         raise PrepareError("%s needs at least 2 class folders, found %d (%s)" % (root, len(classes), classes))
     samples: List[Dict[str, object]] = []
+    progress = Progress()
     for label, name in enumerate(classes):
+        progress.say("listing %s: %d of %d class folders, %d samples so far", root, label, len(classes), len(samples))
         entries = _visible(os.path.join(root, name))
         if sequence:
             found = [e for e in entries if e.is_dir()]
