@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
-from hvdflow.files.heartbeat import heartbeat, to_stderr, udocker_text
+from hvdflow.files.heartbeat import heartbeat, layers_text, to_stderr
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 
@@ -73,7 +73,7 @@ def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[
     lock = _lock_path(args)
     before = read_lock(lock).get(spec.name)
     archive: Optional[Path] = getattr(args, "archive", None)
-    with heartbeat(to_stderr, f"{'loading' if archive else 'pulling'} {spec.name}", lambda: udocker_text(udocker.udocker_dir)):
+    with heartbeat(to_stderr, f"{'loading' if archive else 'pulling'} {spec.name}", lambda: layers_text(udocker.udocker_dir)):
         if archive is not None:
             manifest = load_image(udocker, spec, archive, lock, update_lock=update_lock)
         elif getattr(args, "registry", None) == NO_REGISTRY and not update_lock:

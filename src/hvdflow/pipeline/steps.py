@@ -16,7 +16,7 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.files.heartbeat import fresh_last_line, heartbeat, last_line, udocker_text
+from hvdflow.files.heartbeat import fresh_last_line, heartbeat, last_line, layers_text
 from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
@@ -79,7 +79,7 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
     container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
     digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
-    with logged(log, lambda: udocker_text(profile.udocker_dir)):
+    with logged(log, lambda: layers_text(profile.udocker_dir)):
         spec = get_image(load_catalog(catalog), image, catalog)
         udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
         record = _pulled(udocker, spec, profile, lock, log)
