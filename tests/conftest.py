@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -30,6 +31,12 @@ from hvdflow.testbed.cluster import alive, default_layout  # noqa: E402
 from hvdflow.testbed.registry_server import start_registry  # noqa: E402
 
 pytest_plugins = ("pipeline_fixtures",)
+
+# A suite started in the background by a shell without job control (`nohup bash scripts/test.sh &`) inherits SIGINT
+# ignored, and so would every process it starts: the Ctrl-C tests would then send a signal nothing can receive. A
+# terminal's Ctrl-C is what they model, so the processes they start get SIGINT's default back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
 LANE = os.environ.get("HVDFLOW_TEST_LANE", "")

@@ -140,7 +140,6 @@ def test_a_native_steps_progress_is_its_venvs_newest_build_line_only_while_that_
     record = tmp_path / "hvdflow-cpu.json"
     record.write_text(json.dumps({"image": "hvdflow-cpu"}))
     (tmp_path / "hvdflow-cpu.build.log").write_text("an old build's last line\n")
-    os.utime(tmp_path / "hvdflow-cpu.build.log", (time.time() - 600, time.time() - 600))
     assert runtime_setup_detail(RuntimeSettings("udocker", native_venv_dir=tmp_path), record) is None
     detail = runtime_setup_detail(RuntimeSettings("native", native_venv_dir=tmp_path), record)
     assert detail is not None and detail() == ""  # an earlier run's log says nothing of this one

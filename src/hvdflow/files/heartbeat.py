@@ -73,13 +73,18 @@ def last_line(path: Path) -> str:
     return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
-def fresh_last_line(path: Path, since: float) -> str:
-    """:func:`last_line` of ``path`` if it was written at or after ``since`` (a time.time()), else "": the progress
-    of a log that may be an old run's."""
+def file_size(path: Path) -> int:
+    """The bytes in ``path`` now (0 where there is no such file)."""
     try:
-        return last_line(path) if path.stat().st_mtime >= since else ""
+        return path.stat().st_size
     except OSError:
-        return ""
+        return 0
+
+
+def fresh_last_line(path: Path, size_before: int) -> str:
+    """:func:`last_line` of ``path`` if it has grown past ``size_before`` (its :func:`file_size` when the step began),
+    else "": the progress of a log that may hold only an old run's lines."""
+    return last_line(path) if file_size(path) > size_before else ""
 
 
 class StderrProgress:

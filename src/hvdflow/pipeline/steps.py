@@ -16,7 +16,7 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.files.heartbeat import fresh_last_line, heartbeat, last_line, layers_text
+from hvdflow.files.heartbeat import file_size, fresh_last_line, heartbeat, last_line, layers_text
 from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
@@ -65,8 +65,8 @@ def runtime_setup_detail(settings: RuntimeSettings, image_record: Path) -> Optio
     log = setup_log(settings, str(json.loads(image_record.read_text())["image"]))
     if log is None:
         return None
-    since = time.time()
-    return lambda: (f"{settings.kind} runtime set-up: " + line) if (line := fresh_last_line(log, since)) else ""
+    before = file_size(log)
+    return lambda: (f"{settings.kind} runtime set-up: " + line) if (line := fresh_last_line(log, before)) else ""
 
 
 def run_log_tail(log: Path) -> Callable[[], str]:
