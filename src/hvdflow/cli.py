@@ -170,12 +170,13 @@ def cmd_image_push(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import BuildProgress, build_image, push_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    registry = _require_registry(args)
     progress = BuildProgress()
     with heartbeat(to_stderr, f"building and pushing {spec.name}", lambda: progress.text(args.log)):
         image = build_image(spec, args.log, args.debian, progress)
-        progress.enter(f"pushing to {args.registry}", args.log)
-        push_image(image, _require_registry(args), spec.repository, spec.tag, args.log)
-    print(json.dumps({"pushed": f"{args.registry}/{spec.reference}", "manifest_digest": image.manifest_digest}))
+        progress.enter(f"pushing to {registry}", args.log)
+        push_image(image, registry, spec.repository, spec.tag, args.log)
+    print(json.dumps({"pushed": f"{registry}/{spec.reference}", "manifest_digest": image.manifest_digest}))
     return 0
 
 
