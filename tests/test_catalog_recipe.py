@@ -36,7 +36,8 @@ def test_shipped_catalog_and_recipes_are_consistent() -> None:
             assert spec.registry is not None and not spec.tested and spec.purposes == ("train",), spec.name
             continue
         recipe = load_recipe(spec.recipe)
-        assert recipe.horovod.tensorflow == spec.tensorflow
+        built = {recipe.horovod.framework: recipe.horovod.framework_version}
+        assert (built.get("tensorflow", "none"), built.get("torch", "none")) == (spec.tensorflow, spec.torch), spec.name
         assert recipe.horovod.version == spec.horovod
     assert catalog["hvdflow-cpu-oldest"].purposes == ("train",)  # no preparation libraries
     cpu = catalog["hvdflow-cpu"]

@@ -68,7 +68,8 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     for split in index["splits"].values():
         for shard in split["shards"]:
             assert record["inputs_sha256"][f"resources/datasets/digits/{shard['file']}"] == shard["sha256"]
-    assert set(record["outputs_sha256"]) == {f"results/demo/{n}" for n in ("model.keras", "metrics.json", "history.csv")}
+    assert set(record["outputs_sha256"]) == {f"results/demo/{n}" for n in ("model/model.keras", "metrics.json",
+                                                                            "history.csv")}
     if (REPO / ".git").is_dir():
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         assert record["code"]["commit"] == head
@@ -377,7 +378,7 @@ def test_neighbour_training_equals_allreduce_on_complete_graphs_and_resumes_to_t
     for ranks in (2, 3):
         allreduce, averaged = pipeline.root / f"results/ar{ranks}", pipeline.root / f"results/nb{ranks}"
         # a ring of 2 or 3 ranks is the complete graph: the same training, to rounding
-        assert 0 < max_weight_difference(allreduce / "model.keras", averaged / "model.keras") <= NEIGHBOUR_TOLERANCE
+        assert 0 < max_weight_difference(allreduce / "model/model.keras", averaged / "model/model.keras") <= NEIGHBOUR_TOLERANCE
         record = pipeline.json(f"results/nb{ranks}/run.json")
         assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}  # one model at the end
         assert record["config"]["experiment"]["strategy"] == "neighbour"
@@ -432,7 +433,7 @@ def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(demo: P
     output = proc.stdout + proc.stderr
     assert "rank 1 failed with exit code 3" in output
     assert str(pipeline.root / "logs/train/demo/rank-1.log") in output
-    for name in ("model.keras", "metrics.json", "run.json", "evaluation.json"):
+    for name in ("model", "metrics.json", "run.json", "evaluation.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"
 
@@ -461,7 +462,7 @@ def test_a_stop_signal_checkpoints_mid_epoch_and_the_next_call_resumes_past_a_co
     stopped = pipeline.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:4.4:signal:once"})
     assert stopped.returncode != 0
     assert "stopped on a signal after a checkpoint (exit status 75)" in stopped.stdout + stopped.stderr
-    for name in ("model.keras", "metrics.json", "run.json", "history.csv"):
+    for name in ("model", "metrics.json", "run.json", "history.csv"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the stopped run"
     checkpoints = pipeline.root / "results/demo/checkpoints"
@@ -500,7 +501,7 @@ def test_ctrl_c_checkpoints_the_ranks_and_the_next_call_resumes_to_the_same_weig
     output = stopped.stdout + stopped.stderr
     assert stopped.returncode != 0
     assert "stopped on a signal after a checkpoint (exit status 75)" in output, output[-5000:]
-    for name in ("model.keras", "metrics.json", "run.json", "history.csv"):
+    for name in ("model", "metrics.json", "run.json", "history.csv"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the interrupted run"
     manifest = pipeline.json("results/demo/checkpoints/manifest.json")
@@ -527,7 +528,7 @@ def test_a_corrupt_shard_is_named_and_training_leaves_nothing(demo: Pipeline, hp
     proc = pipeline.snakemake()
     assert proc.returncode != 0
     assert f"shard {shard} has sha256" in proc.stdout + proc.stderr and "the file is corrupt" in proc.stdout + proc.stderr
-    for name in ("model.keras", "metrics.json", "run.json"):
+    for name in ("model", "metrics.json", "run.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"
 

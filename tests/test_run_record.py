@@ -79,6 +79,8 @@ def _local_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, 
     out = tmp_path / "out"
     out.mkdir()
     (out / "history.csv").write_text("epoch,loss\n0,1.0\n")
+    (out / "model").mkdir()
+    (out / "model" / "model.keras").write_bytes(b"a model")
     spec = {"dataset": "d", "seed": 1, "epochs": 1}
     config = {"datasets": {"d": {"source": "sklearn-digits", "seed": 2}}, "catalog": "containers/catalog.yaml",
               "lock": "containers/images.lock.yaml"}

@@ -103,5 +103,5 @@ def test_a_failed_rank_stops_the_job_and_is_named(hpc_user: HpcUser, cpu_pull: l
     assert "rank 1 failed with exit code 3" in proc.stderr
     assert str(out / "logs" / "train" / "rank-1.log") in proc.stderr
     assert not (out / "summary.json").exists()
-    assert not (out / "train" / "model.keras").exists() and not (out / "train" / "metrics.json").exists()
+    assert not (out / "train" / "model").exists() and not (out / "train" / "metrics.json").exists()
     assert not list((out / "train").glob("rank-*.json"))

@@ -193,7 +193,7 @@ def test_the_script_example_stops_together_on_ctrl_c_resumes_to_an_uninterrupted
     assert "stopped on a signal after a checkpoint (exit status 75)" in first.stdout + first.stderr, first.stderr[-5000:]
     for rank in (0, 1):
         assert "on signal SIGINT" in (stopped.root / f"logs/train/loop/rank-{rank}.log").read_text()
-    assert not (stopped.root / "results/loop/model.keras").exists() and stopped.processes() == []
+    assert not (stopped.root / "results/loop/model").exists() and stopped.processes() == []
     resumed = stopped.snakemake("results/loop/run.json")
     assert resumed.returncode == 0, resumed.stderr[-5000:]
     assert "resuming from checkpoint" in log.read_text()
@@ -224,7 +224,7 @@ def test_the_script_example_stops_together_on_ctrl_c_resumes_to_an_uninterrupted
     assert not (broken.root / "logs/train/unparsed.log").exists()
     for name in ("unfinished", "unparsed"):
         assert not (broken.root / f"results/{name}/run.json").exists() and not (
-            broken.root / f"results/{name}/model.keras").exists()
+            broken.root / f"results/{name}/model").exists()
     assert broken.processes() == []
 
 

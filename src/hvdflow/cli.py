@@ -103,7 +103,8 @@ def cmd_image_check(args: argparse.Namespace) -> int:
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
     purposes = args.purposes.split(",") if args.purposes else list(spec.purposes)
     sources = args.sources.split(",") if args.sources else sorted(SOURCE_MODULES)
-    needs = needs_of(purposes, args.launcher, spec.device == "gpu", sources)
+    framework = args.framework or ("pytorch" if spec.tensorflow == "none" and spec.torch != "none" else "tensorflow")
+    needs = needs_of(purposes, args.launcher, spec.device == "gpu", sources, framework)
     runtime = make_runtime(RuntimeSettings("udocker", proot=args.proot, allow_root=args.allow_root), record)
     check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
     sys.stdout.write(table(spec.name, record.digest, check.parts))
@@ -137,6 +138,7 @@ def cmd_image_build(args: argparse.Namespace) -> int:
     from hvdflow.images.build.image import BuildProgress, build_image
 
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
+    args.log.parent.mkdir(parents=True, exist_ok=True)
     progress = BuildProgress()
     with heartbeat(to_stderr, f"building {spec.name}", lambda: progress.text(args.log)):
         image = build_image(spec, args.log, args.debian, progress)
@@ -309,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--purposes", default=None, help="train,prepare (default: the catalogue's purposes)")
     check.add_argument("--launcher", choices=LAUNCHERS, default="gloo", help="the controller training needs")
     check.add_argument("--sources", default=None, help="the dataset sources it must prepare (default: all)")
+    check.add_argument("--framework", choices=("tensorflow", "pytorch"), default=None,
+                       help="what trains in it (default: pytorch for an image the catalogue gives torch and no TensorFlow)")
     check.add_argument("--proot", choices=PROOT_ENGINES, default="image", help="the proot of udocker's P1/P2")
     check.set_defaults(func=cmd_image_check)
     save = image.add_parser("save", help="write the image the lock pins to an OCI archive, digest intact")

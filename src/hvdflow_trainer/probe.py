@@ -42,15 +42,24 @@ def _tensorflow():
     return facts
 
 
-def _horovod():
-    horovod, error = _module("horovod")
-    if horovod is None:
+def _torch():
+    torch, error = _module("torch")
+    if torch is None:
         return {"error": error}
-    facts = {"version": _version(horovod)}
-    hvd, error = _module("horovod.tensorflow")
-    if hvd is None:
-        facts["tensorflow_error"] = error
-        return facts
+    facts = {"version": _version(torch), "cuda": getattr(torch.version, "cuda", None)}
+    facts["cuda_build"] = facts["cuda"] is not None
+    vision, error = _module("torchvision")
+    facts["torchvision"] = _version(vision) if vision is not None else error
+    dist, error = _module("torch.distributed")
+    if dist is None or not dist.is_available():
+        facts["distributed_error"] = error or "torch.distributed is not available in this build"
+    else:
+        facts["distributed"] = {name: bool(getattr(dist, "is_%s_available" % name)())
+                                for name in ("gloo", "nccl", "mpi")}
+    return facts
+
+
+def _built(hvd):
     built = {}
     for name in CONTROLLERS:
         probe = getattr(hvd, name + "_built", None)
@@ -58,7 +67,20 @@ def _horovod():
             built[name] = bool(probe()) if probe is not None else None
         except Exception:
             built[name] = False
-    facts["built"] = built
+    return built
+
+
+def _horovod():
+    horovod, error = _module("horovod")
+    if horovod is None:
+        return {"error": error}
+    facts = {"version": _version(horovod)}
+    for framework, key in (("tensorflow", "built"), ("torch", "torch_built")):
+        hvd, error = _module("horovod." + framework)
+        if hvd is None:
+            facts[framework + "_error"] = error
+        else:
+            facts[key] = _built(hvd)
     return facts
 
 
@@ -69,7 +91,7 @@ def probe():
         module, error = _module(name)
         modules[name] = {"version": _version(module)} if module is not None else {"error": error}
     return {"python": platform.python_version(), "executable": sys.executable, "tensorflow": _tensorflow(),
-            "horovod": _horovod(), "modules": modules}
+            "torch": _torch(), "horovod": _horovod(), "modules": modules}
 
 
 if __name__ == "__main__":

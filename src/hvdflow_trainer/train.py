@@ -21,12 +21,18 @@ from . import faults, user_code
 from .neighbours import TOPOLOGIES
 from .run_control import StopFlag, StopRequested
 
+FRAMEWORKS = ("tensorflow", "pytorch")
+
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     """The trainer's options (a test's hidden fault options included)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dataset", required=True, help="prepared dataset directory (with index.json)")
     parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
+                        help="tensorflow (Horovod's Keras API) or pytorch (--distributed horovod or ddp)")
+    parser.add_argument("--distributed", choices=("horovod", "ddp"), default="horovod",
+                        help="pytorch: Horovod's PyTorch API, or PyTorch's DistributedDataParallel")
     parser.add_argument("--model", default="mlp", help="mlp, small-cnn, resnet50, or user (--model-code and --model-build)")
     parser.add_argument("--hidden-units", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=10)
@@ -68,8 +74,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     flag.install()  # before TensorFlow loads (seconds): a signal then is kept, not lost
     if args.model_script:
         from .script import run_script as train  # the user's own loop, with hvdflow's script API
+    elif args.framework == "pytorch":
+        from .pytorch.fit import train  # the framework's folder, loaded after the handler is in place
     else:
-        from .keras.fit import train  # the framework's folder, loaded after the handler is in place
+        from .keras.fit import train
 
     try:
         train(args, flag)

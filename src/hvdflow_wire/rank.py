@@ -45,7 +45,13 @@ class RankResult:
     train_records_per_rank: int
     steps_per_epoch: int
     input_sharding: str
+    framework: str
+    """``tensorflow`` or ``torch``: what trained the rank's model."""
+    framework_version: str
+    distributed: str
+    """``horovod`` (Horovod's API of the framework) or ``ddp`` (PyTorch's DistributedDataParallel)."""
     tensorflow: str
+    """TensorFlow's version, ``none`` in a PyTorch run."""
     horovod: str
     python: str
 

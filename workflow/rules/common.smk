@@ -66,12 +66,23 @@ def image_needs(image):
             if entry["image"] == image
         }
     )
-    train = any(
-        entry["image"] == image for entry in config["experiments"].values()
-    ) or (BENCHMARK is not None and BENCHMARK.image == image)
+    frameworks = sorted(
+        {
+            entry.get("framework", "tensorflow")
+            for entry in config["experiments"].values()
+            if entry["image"] == image
+        }
+        | (
+            {"tensorflow"}
+            if BENCHMARK is not None and BENCHMARK.image == image
+            else set()
+        )
+    )
     return {
-        "purposes": (["train"] if train else []) + (["prepare"] if sources else []),
+        "purposes": (["train"] if frameworks else [])
+        + (["prepare"] if sources else []),
         "sources": sources,
+        "frameworks": frameworks,
     }
 
 

@@ -1,6 +1,6 @@
 rule evaluate:
     input:
-        model="results/{experiment}/model.keras",
+        model="results/{experiment}/model",
         index=lambda wildcards: f"resources/datasets/{experiment(wildcards)['dataset']}/index.json",
         image=lambda wildcards: get_image_record(experiment(wildcards)["image"]),
     output:

@@ -20,7 +20,7 @@ rule train:
     input:
         unpack(get_train_inputs),
     output:
-        model="results/{experiment}/model.keras",
+        model=directory("results/{experiment}/model"),  # model.keras (TensorFlow) or model.pt (PyTorch) in it
         metrics="results/{experiment}/metrics.json",
         history="results/{experiment}/history.csv",
         record="results/{experiment}/run.json",

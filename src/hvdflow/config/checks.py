@@ -68,9 +68,15 @@ def check_experiments(config: Mapping[str, Any], profile: ClusterProfile) -> Non
         spec.user_model(f"{where}.model")  # a user's own model: its folder and build module are there
 
 
+def image_framework_version(image: ImageSpec, framework: str) -> str:
+    """The version of ``framework`` (``tensorflow`` or ``pytorch``) the catalogue says ``image`` holds, or ``none``."""
+    return image.tensorflow if framework == "tensorflow" else image.torch
+
+
 def check_images(config: Mapping[str, Any], catalog: Mapping[str, ImageSpec]) -> None:
     """ConfigError naming ``<section>.<name>.image`` where it is not in the catalogue (``config["catalog"]``), or is
-    not for what the section does: ``train`` for experiments, ``prepare`` for datasets."""
+    not for what the section does: ``train`` for experiments, ``prepare`` for datasets; an experiment's image must
+    hold its framework."""
     for section, purpose in PURPOSES:
         for name, entry in config[section].items():
             if entry["image"] not in catalog:
@@ -83,6 +89,17 @@ def check_images(config: Mapping[str, Any], catalog: Mapping[str, ImageSpec]) ->
                     f"{section}.{name}.image: {entry['image']!r} is not for {purpose} "
                     f"(its purposes in {config['catalog']}: {', '.join(catalog[entry['image']].purposes)})"
                 )
+    for name, entry in config["experiments"].items():
+        framework = entry.get("framework", "tensorflow")
+        image = catalog[entry["image"]]
+        if image_framework_version(image, framework) == "none":
+            holding = sorted(n for n, i in catalog.items() if "train" in i.purposes
+                             and image_framework_version(i, framework) != "none")
+            raise ConfigError(
+                f"experiments.{name}.image: {entry['image']!r} holds no {framework} (the catalogue {config['catalog']} "
+                f"says tensorflow {image.tensorflow}, torch {image.torch}); framework {framework} trains in "
+                f"{', '.join(holding) or 'none of its images'}"
+            )
 
 
 def checked_benchmark(config: Mapping[str, Any], profile: ClusterProfile,

@@ -15,6 +15,10 @@ TOPOLOGIES = ("ring", "exp2", "onepeer-exp2")
 """The neighbour strategy's graphs (``hvdflow_trainer.neighbours.TOPOLOGIES``; a test compares them)."""
 POWER_OF_TWO_TOPOLOGIES = ("exp2", "onepeer-exp2")
 SHARD_ORDERS = ("shuffled", "by_label")
+FRAMEWORKS = ("tensorflow", "pytorch")
+"""``hvdflow_trainer.train.FRAMEWORKS`` (a test compares them)."""
+DISTRIBUTED = ("horovod", "ddp")
+"""``hvdflow_trainer.pytorch.comm.DISTRIBUTED``."""
 RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
 """Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
 
@@ -52,7 +56,11 @@ class TrainSpec:
     elastic: Optional[Mapping[str, int]] = None
     """``{min_ranks, max_ranks}``: Horovod's elastic mode (ranks may leave and join at run time); None: a fixed count."""
     deterministic: bool = True
-    """TensorFlow's op determinism; False for a model with an op that has no deterministic kernel."""
+    """The framework's deterministic ops; False for a model with an op that has no deterministic kernel."""
+    framework: str = "tensorflow"
+    """``tensorflow`` (Horovod's Keras API) or ``pytorch``."""
+    distributed: str = "horovod"
+    """PyTorch's data parallelism: ``horovod`` (Horovod's PyTorch API) or ``ddp`` (DistributedDataParallel)."""
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -61,7 +69,8 @@ class TrainSpec:
             raise LaunchError(f"nodes must be between 1 and ranks ({self.ranks}), got {self.nodes}")
         for key, value, allowed in (("resume", self.resume, RESUME_MODES), ("strategy", self.strategy, STRATEGIES),
                                     ("topology", self.topology or "ring", TOPOLOGIES),
-                                    ("shard_order", self.shard_order, SHARD_ORDERS)):
+                                    ("shard_order", self.shard_order, SHARD_ORDERS),
+                                    ("framework", self.framework, FRAMEWORKS), ("distributed", self.distributed, DISTRIBUTED)):
             if value not in allowed:
                 raise LaunchError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
         if self.strategy == "allreduce" and self.topology is not None:
@@ -77,11 +86,29 @@ class TrainSpec:
 
         if self.elastic is not None:
             self._check_elastic()
+        self._check_framework()
         if isinstance(self.model, Mapping) and self.model.get("script"):
             if self.elastic is not None or self.strategy != "allreduce":
                 raise LaunchError(f"a training script ({self.model['script']}) runs its own loop: hvdflow gives it the "
                                   "fixed-size allreduce set-up only (leave elastic and strategy out, or give model.build "
                                   "for hvdflow's loop)")
+
+    def _check_framework(self) -> None:
+        if self.distributed == "ddp" and self.framework != "pytorch":
+            raise LaunchError("distributed ddp is PyTorch's DistributedDataParallel: it needs framework pytorch "
+                              f"(this experiment's framework is {self.framework}; leave distributed out for Horovod)")
+        if self.framework != "pytorch":
+            return
+        unsupported = [what for what, used in (
+            (f"strategy {self.strategy}", self.strategy != "allreduce"), ("elastic", self.elastic is not None),
+            ("a training script (model.script)", isinstance(self.model, Mapping) and bool(self.model.get("script"))))
+            if used]
+        if unsupported and self.distributed == "ddp":
+            raise LaunchError(f"distributed ddp cannot run {', '.join(unsupported)}: PyTorch's DistributedDataParallel "
+                              "has no elastic membership or neighbour averaging (use distributed horovod)")
+        if unsupported:
+            raise LaunchError(f"framework pytorch does not run {', '.join(unsupported)} yet in hvdflow: its PyTorch "
+                              "trainer is fixed-size allreduce over hvdflow's loop (use framework tensorflow for it)")
 
     def _check_elastic(self) -> None:
         low, high = self.min_ranks, self.max_ranks
@@ -147,4 +174,6 @@ class TrainSpec:
                 "--topology", self.graph, "--shard-order", self.shard_order] + (
                     ["--deterministic-allreduce"] if self.deterministic_allreduce else []) + (
                     ["--elastic-ranks", str(self.ranks)] if self.elastic else []) + (
-                    [] if self.deterministic else ["--no-op-determinism"])
+                    [] if self.deterministic else ["--no-op-determinism"]) + (
+                    ["--framework", self.framework, "--distributed", self.distributed]
+                    if self.framework != "tensorflow" else [])

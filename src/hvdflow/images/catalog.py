@@ -30,6 +30,7 @@ class ImageSpec:
     device: str
     python: str
     tensorflow: str
+    """The TensorFlow version, or ``none``."""
     horovod: str
     mpi: str
     execmode: str
@@ -38,6 +39,8 @@ class ImageSpec:
     purposes: tuple[str, ...]
     registry: Optional[str] = None
     """The image's own registry (Docker Hub, nvcr.io, a site's), used instead of the profile's; None: the profile's."""
+    torch: str = "none"
+    """The PyTorch version, or ``none`` (the optional field ``torch``)."""
     username: Optional[str] = None
     password_env: Optional[str] = None
     """The environment variable that holds the password (or API key) of ``username`` at the registry."""
@@ -76,7 +79,7 @@ def _parse_image(name: str, entry: object, base: Path, where: str) -> ImageSpec:
     where = f"{where}: images.{name}"
     expect(where, entry, dict)
     assert isinstance(entry, dict)
-    check_keys(where, entry, (*_FIELDS, "purposes"), ("recipe", *_ACCESS))
+    check_keys(where, entry, (*_FIELDS, "purposes"), ("recipe", "torch", *_ACCESS))
     values = {key: entry[key] for key in _FIELDS}
     purposes = tuple(str(p) for p in expect(f"{where}.purposes", entry["purposes"], list))
     if not purposes or not set(purposes) <= set(PURPOSES):
@@ -104,7 +107,8 @@ def _parse_image(name: str, entry: object, base: Path, where: str) -> ImageSpec:
     if ("username" in access) != ("password_env" in access):
         raise ConfigError(f"{where}: username and password_env go together (the user, and the environment variable "
                           "that holds its password)")
-    return ImageSpec(name=name, recipe=recipe, purposes=purposes, **values, **access)
+    torch = str(expect(f"{where}.torch", entry.get("torch", "none"), (str, int, float)))
+    return ImageSpec(name=name, recipe=recipe, purposes=purposes, torch=torch, **values, **access)
 
 
 def load_catalog(path: Path) -> dict[str, ImageSpec]:

@@ -20,11 +20,33 @@ class HorovodBuild:
     """How the Horovod wheel of an image is compiled."""
 
     version: str
-    tensorflow: str
+    framework: str
+    """``tensorflow`` (pinned in the requirements, from PyPI) or ``torch`` (Debian's python3-torch: PyPI's torch
+    wheels all depend on NVIDIA's CUDA wheels)."""
+    framework_version: str
     sdist_sha256: str
     """sha256 of Horovod's source distribution on PyPI: the build compiles exactly those sources."""
     build_apt_packages: tuple[str, ...]
     build_env: tuple[tuple[str, str], ...]
+    patches: tuple[Path, ...] = ()
+    """Our patches to Horovod's sources (``patch -p1``), applied in order after the sdist's sha256 is checked."""
+
+    @property
+    def tensorflow(self) -> Optional[str]:
+        """The TensorFlow the wheel is built against, or None for a PyTorch build."""
+        return self.framework_version if self.framework == "tensorflow" else None
+
+    @property
+    def system_site_packages(self) -> bool:
+        """Whether the build venv sees the build root's Debian Python packages: the framework comes from Debian."""
+        return self.framework == "torch"
+
+    def patches_fingerprint(self) -> str:
+        """sha256 over the patches' names and contents: what the wheel depends on besides the pinned sdist."""
+        sha = hashlib.sha256()
+        for patch in self.patches:
+            sha.update(patch.name.encode() + b"\0" + patch.read_bytes() + b"\0")
+        return sha.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -134,18 +156,33 @@ def load_proot_build(path: Path) -> ProotBuild:
     )
 
 
-def _horovod(where: str, data: object) -> HorovodBuild:
+FRAMEWORKS = ("tensorflow", "torch")
+"""What a Horovod wheel can be built against (one per image)."""
+
+
+def _horovod(where: str, data: object, base: Path) -> HorovodBuild:
     hvd = expect(f"{where}: horovod", data, dict)
-    check_keys(f"{where}: horovod", hvd, ("version", "tensorflow", "sdist_sha256", "build_apt_packages", "build_env"))
+    check_keys(f"{where}: horovod", hvd, ("version", "sdist_sha256", "build_apt_packages", "build_env"),
+               ("tensorflow", "torch", "patches"))
+    frameworks = [name for name in FRAMEWORKS if name in hvd]
+    if len(frameworks) != 1:
+        raise ConfigError(f"{where}: horovod: name exactly one framework the wheel is built against, tensorflow: "
+                          f"VERSION or torch: VERSION (found {', '.join(frameworks) or 'none'})")
     sdist = str(expect(f"{where}: horovod.sdist_sha256", hvd["sdist_sha256"], str))
     if not _SHA256.match(sdist):
         raise ConfigError(f"{where}: horovod.sdist_sha256: {sdist!r} is not a sha256 (64 lowercase hex digits)")
+    patches = tuple(base / name for name in _str_list(f"{where}: horovod.patches", hvd.get("patches", [])))
+    for patch in patches:
+        if not patch.is_file():
+            raise ConfigError(f"{where}: horovod.patches: {patch} does not exist")
     return HorovodBuild(
         version=str(hvd["version"]),
-        tensorflow=str(hvd["tensorflow"]),
+        framework=frameworks[0],
+        framework_version=str(hvd[frameworks[0]]),
         sdist_sha256=sdist,
         build_apt_packages=_str_list(f"{where}: horovod.build_apt_packages", hvd["build_apt_packages"]),
         build_env=_str_map(f"{where}: horovod.build_env", hvd["build_env"]),
+        patches=patches,
     )
 
 
@@ -182,7 +219,7 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
         apt_packages=_str_list(f"{where}: apt_packages", data["apt_packages"]),
         debian_packages=path.parent / str(expect(f"{where}: debian_packages", data["debian_packages"], str)),
         requirements=requirements,
-        horovod=_horovod(where, data["horovod"]) if "horovod" in data else None,
+        horovod=_horovod(where, data["horovod"], path.parent) if "horovod" in data else None,
         env=_str_map(f"{where}: env", data["env"]),
         python_layer=_str_list(f"{where}: layers.python", layers["python"]),
         proot=load_proot_build(path.parent / str(expect(f"{where}: proot", data["proot"], str))) if "proot" in data else None,
@@ -198,7 +235,9 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
             raise ConfigError(f"{requirements}: {requirement} needs its files' sha256 as --hash=sha256:<hex> (pip "
                               f"installs with --require-hashes); `hvdflow image pin NAME` writes them from PyPI")
         pins[match.group(1).lower()] = match.group(3)
-    if recipe.horovod is not None:
+    if recipe.horovod is not None and recipe.horovod.framework == "torch":
+        _check_debian_torch(recipe, recipe.horovod.framework_version)
+    elif recipe.horovod is not None:
         tf_pin = pins.get("tensorflow-cpu") or pins.get("tensorflow")
         if tf_pin != recipe.horovod.tensorflow:
             raise ConfigError(
@@ -206,3 +245,21 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
                 f"{tf_pin}; the Horovod wheel only works with the TensorFlow it was built against"
             )
     return recipe
+
+
+def _check_debian_torch(recipe: Recipe, version: str) -> None:
+    """The recipe's ``horovod.torch`` must be the upstream version of the python3-torch its Debian manifest pins
+    (when there is a manifest: ``--debian pin`` writes the first)."""
+    if not recipe.debian_packages.is_file():
+        return
+    for line in recipe.debian_packages.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == "python3-torch":
+            upstream = fields[1].split(":")[-1].split("+")[0].split("-")[0]
+            if upstream != version:
+                raise ConfigError(f"{recipe.path}: horovod.torch is {version} but {recipe.debian_packages} pins "
+                                  f"python3-torch {fields[1]}; the Horovod wheel only works with the torch it was built "
+                                  "against")
+            return
+    raise ConfigError(f"{recipe.path}: horovod.torch is {version} but {recipe.debian_packages} has no python3-torch: "
+                      "add python3-torch to apt_packages")

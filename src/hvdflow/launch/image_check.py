@@ -23,6 +23,7 @@ MIN_PYTHON = (3, 8)
 TENSORFLOW_RANGE = ((2, 9), (2, 16))
 """TensorFlow releases whose ``tf.keras`` is Keras 2 (2.16 ships Keras 3); 2.15.1 is the one proved (README)."""
 MIN_HOROVOD = (0, 28)
+MIN_TORCH = (2, 0)
 SOURCE_MODULES = {
     "sklearn-digits": ("sklearn",),
     "bigearthnet-v1": ("tifffile", "imagecodecs"),
@@ -45,6 +46,8 @@ class Needs:
     gpu: bool = False
     sources: tuple[str, ...] = ()
     """The dataset sources it prepares (none: it prepares nothing)."""
+    framework: str = "tensorflow"
+    """What trains in it: ``tensorflow`` or ``pytorch``."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ def judge(facts: dict[str, Any], needs: Needs) -> list[Part]:
     parts = [Part("python", python, f">= {_dotted(MIN_PYTHON)}", _version(python) >= MIN_PYTHON, both)]
     numpy = facts.get("modules", {}).get("numpy", {})
     parts.append(Part("numpy", numpy.get("version") or numpy.get("error", "missing"), "importable", "version" in numpy, both))
+    if needs.train and needs.framework == "pytorch":
+        return parts + _torch_parts(facts, needs) + _source_parts(facts, needs)
     tf = facts.get("tensorflow", {})
     low, high = TENSORFLOW_RANGE
     tf_ok = "version" in tf and low <= _version(tf["version"]) < high
@@ -105,12 +110,51 @@ def judge(facts: dict[str, Any], needs: Needs) -> list[Part]:
             parts.append(Part("tensorflow CUDA", f"cuda {tf.get('cuda')}, cudnn {tf.get('cudnn')}"
                               if tf.get("cuda_build") else "CPU-only build", "a CUDA build", bool(tf.get("cuda_build")),
                               "training"))
+    return parts + _source_parts(facts, needs)
+
+
+def _source_parts(facts: dict[str, Any], needs: Needs) -> list[Part]:
+    """The libraries of the dataset sources the image prepares."""
+    parts = []
     modules = facts.get("modules", {})
     for name in sorted({m for source in needs.sources for m in SOURCE_MODULES.get(source, ())}):
         module = modules.get(name, {})
         users = ", ".join(s for s in needs.sources if name in SOURCE_MODULES.get(s, ()))
         parts.append(Part(name, module.get("version") or module.get("error", "missing"), "importable",
                           "version" in module, f"preparation ({users})"))
+    return parts
+
+
+def _torch_parts(facts: dict[str, Any], needs: Needs) -> list[Part]:
+    """What PyTorch training needs: torch 2.x with torchvision; Horovod's torch API built with the launcher's
+    controller (and NCCL on GPUs); torch.distributed's Gloo (NCCL on GPUs) for DistributedDataParallel."""
+    torch = facts.get("torch", {})
+    found = torch.get("version") or torch.get("error", "missing (an image from before the probe knew torch: "
+                                                       "`hvdflow image check` again after removing its cached facts)")
+    parts = [Part("torch", found, f">= {_dotted(MIN_TORCH)}", "version" in torch and _version(torch["version"]) >= MIN_TORCH,
+                  "training"),
+             Part("torchvision", str(torch.get("torchvision", "missing")), "importable",
+                  _version(torch.get("torchvision", ""))[:1] == (0,), "training")]
+    hvd = facts.get("horovod", {})
+    parts.append(Part("horovod", hvd.get("version") or hvd.get("error", "missing"), f">= {_dotted(MIN_HOROVOD)}",
+                      "version" in hvd and _version(hvd["version"]) >= MIN_HOROVOD, "training"))
+    built = hvd.get("torch_built")
+    if "version" in hvd:
+        parts.append(Part("horovod.torch", "imports" if built is not None else hvd.get("torch_error", "?"), "imports",
+                          built is not None, "training"))
+    for controller in ([needs.launcher] if needs.launcher else []) + (["nccl"] if needs.gpu else []):
+        if built is not None:
+            have = bool(built.get(controller))
+            parts.append(Part(f"horovod.torch {controller}", "built" if have else "not built", "built", have, "training"))
+    if "version" in torch:
+        dist = torch.get("distributed", {})
+        backend = "nccl" if needs.gpu else "gloo"
+        parts.append(Part(f"torch.distributed {backend}", "available" if dist.get(backend) else
+                          torch.get("distributed_error", "not built"), "available", bool(dist.get(backend)),
+                          "training (distributed ddp)"))
+    if needs.gpu:
+        parts.append(Part("torch CUDA", f"cuda {torch.get('cuda')}" if torch.get("cuda_build") else "CPU-only build",
+                          "a CUDA build", bool(torch.get("cuda_build")), "training"))
     return parts
 
 
@@ -189,8 +233,9 @@ def check_image(runtime: Runtime, digest: str, cache: Path, needs: Needs) -> Ima
     return ImageCheck(digest, facts, judge(facts, needs))
 
 
-def needs_of(purposes: Iterable[str], launcher: Optional[str], gpu: bool, sources: Iterable[str]) -> Needs:
-    """Needs from the purposes an image serves in a workflow (``train``, ``prepare``)."""
+def needs_of(purposes: Iterable[str], launcher: Optional[str], gpu: bool, sources: Iterable[str],
+             framework: str = "tensorflow") -> Needs:
+    """Needs from the purposes an image serves in a workflow (``train``, ``prepare``) and what trains in it."""
     wanted = set(purposes)
     return Needs(train="train" in wanted, launcher=launcher if "train" in wanted else None, gpu=gpu and "train" in wanted,
-                 sources=tuple(sorted(set(sources))) if "prepare" in wanted else ())
+                 sources=tuple(sorted(set(sources))) if "prepare" in wanted else (), framework=framework)

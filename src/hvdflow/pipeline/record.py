@@ -168,7 +168,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
     image = json.loads(image_record.read_text())
     dataset_index = json.loads(index.read_text())
     shard_files = [index.parent / s["file"] for split in dataset_index["splits"].values() for s in split["shards"]]
-    outputs = [out_dir / n for n in ("model.keras", "metrics.json", "history.csv")]
+    outputs = [*(out_dir / "model").iterdir(), out_dir / "metrics.json", out_dir / "history.csv"]
     record = {
         "record_version": RECORD_VERSION,
         "experiment": name,
@@ -186,7 +186,10 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "user_code": _user_code(spec),
         "reader_code": _reader_code(config["datasets"][spec["dataset"]]),
         "seeds": {"training": spec["seed"], "split": config["datasets"][spec["dataset"]]["seed"]},
-        "versions": {"tensorflow": results[0].tensorflow, "horovod": results[0].horovod,
+        "versions": {"framework": results[0].framework, "distributed": results[0].distributed,
+                     "tensorflow": results[0].tensorflow,
+                     "torch": results[0].framework_version if results[0].framework == "torch" else "none",
+                     "horovod": results[0].horovod,
                      "python_in_runtime": results[0].python, "python_host": platform.python_version(),
                      "hvdflow": __version__, "udocker": _package_version("udocker"),
                      "snakemake": _package_version("snakemake"),

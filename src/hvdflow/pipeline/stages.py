@@ -44,7 +44,9 @@ from hvdflow_wire import WireError
 from hvdflow_wire.rank import RankResult
 from hvdflow_wire.user_code import user_code_error
 
-TRAIN_OUTPUTS = ("model.keras", "metrics.json", "history.csv", "run.json", "tensorboard")
+MODEL = "model"
+"""The trained model's folder in a run's output folder: ``model.keras`` (TensorFlow) or ``model.pt`` (PyTorch) in it."""
+TRAIN_OUTPUTS = (MODEL, "metrics.json", "history.csv", "run.json", "tensorboard")
 CHECKPOINTS = "checkpoints"
 """The run's checkpoint folder in its output folder: not an output (Snakemake would delete it before a retry)."""
 
@@ -135,8 +137,8 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
                                       slurm, iface, timeout, progress))
         results = collect_rank_results(out_dir, spec.ranks if elastic is None else final_size(out_dir), spec.epochs)
     except BaseException as exc:
-        for name in ("model.keras", "metrics.json"):
-            (out_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(out_dir / MODEL, ignore_errors=True)
+        (out_dir / "metrics.json").unlink(missing_ok=True)
         stopped = stopped_after_signal_checkpoint(checkpoints, started, exc)
         end_attempt(checkpoints, "stopped on a signal after a checkpoint" if stopped else "failed",
                     str(exc) or type(exc).__name__)

@@ -22,7 +22,7 @@ from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch import faults
-from hvdflow.launch.image_check import check_image, needs_of, refusal, table
+from hvdflow.launch.image_check import ImageCheck, check_image, needs_of, refusal, table
 from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for, setup_log
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
@@ -75,7 +75,8 @@ def run_log_tail(log: Path) -> Callable[[], str]:
 
 
 def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, record_out: Path, check_out: Path,
-              purposes: Sequence[str], sources: Sequence[str], log: Path) -> None:
+              purposes: Sequence[str], sources: Sequence[str], log: Path, frameworks: Sequence[str] = ("tensorflow",)
+              ) -> None:
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
     container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
     digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
@@ -86,8 +87,10 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         # the image is checked in udocker, whichever runtime the profile's jobs use
         runtime = make_runtime(replace(RuntimeSettings.of_profile(profile, catalog), kind="udocker"), record)
         # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)
-        needs = needs_of(purposes, profile.launcher, spec.device == "gpu", sources)
-        check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
+        checks = [check_image(runtime, record.digest, udocker.state_dir / "checks",
+                              needs_of(purposes, profile.launcher, spec.device == "gpu", sources, framework))
+                  for framework in frameworks or ("tensorflow",)]
+        check = ImageCheck(checks[0].digest, checks[0].facts, [part for c in checks for part in c.parts])
         with open(log, "a") as handle:
             handle.write(table(image, record.digest, check.parts))
         problem = refusal(image, check.parts)
@@ -198,7 +201,8 @@ def pull_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, co
               profile: ClusterProfile) -> None:
     """Rule pull_image."""
     pull_step(wildcards.image, profile, Path(input.catalog), Path(config["lock"]), Path(output.record),
-              Path(output.check), params.needs["purposes"], params.needs["sources"], Path(log[0]))
+              Path(output.check), params.needs["purposes"], params.needs["sources"], Path(log[0]),
+              params.needs["frameworks"])
 
 
 def list_rule(wildcards: Any, input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Dict, Optional
 
 from hvdflow_index import read_index, verified_shards
@@ -13,9 +14,10 @@ from ..user_code import UserModelRef, load_function
 TASKS = ("single-label", "multi-label")
 
 
-def evaluate(model_path: str, dataset_dir: str, batch_size: int, user: Optional[UserModelRef] = None
+def evaluate(folder: str, dataset_dir: str, batch_size: int, user: Optional[UserModelRef] = None
              ) -> Dict[str, object]:
-    """Evaluate the saved model on the dataset's test split (shards verified first), by the dataset's task. A
+    """Evaluate the model saved in ``folder`` (``model.keras``) on the dataset's test split (shards verified
+    first), by the dataset's task. A
     user's model: its build function's module is imported first, so that the layers it registers load."""
     import numpy as np
     import tensorflow as tf
@@ -26,7 +28,7 @@ def evaluate(model_path: str, dataset_dir: str, batch_size: int, user: Optional[
     paths = verified_shards(dataset_dir, index, "test")
     if user is not None and user.build:  # a script's model is saved as Keras layers it needs no module for
         load_function(user.code, user.build)
-    model = tf.keras.models.load_model(model_path, compile=False)
+    model = tf.keras.models.load_model(os.path.join(folder, "model.keras"), compile=False)
     data = tf.data.TFRecordDataset(paths).map(parse_fn(index)).batch(batch_size)
     truth_batches = []
     score_batches = []

@@ -36,11 +36,12 @@ def write_tensorboard(folder: str, history: List[Dict[str, float]], first_epoch:
 
 def write_run_outputs(out: str, model, history: List[Dict[str, float]], epochs: int, timer: EpochTimer,  # type: ignore[no-untyped-def]
                       steps_per_epoch: int) -> None:
-    """Rank 0's outputs: ``model.keras``, ``history.csv``, ``tensorboard/`` and ``metrics.json``."""
+    """Rank 0's outputs: ``model/model.keras``, ``history.csv``, ``tensorboard/`` and ``metrics.json``."""
     # an uncompiled copy: the saved model must not depend on Horovod's optimizer wrapper to load
     plain = tf.keras.models.clone_model(model)
     plain.set_weights(model.get_weights())
-    plain.save(os.path.join(out, "model.keras"))
+    os.makedirs(os.path.join(out, "model"), exist_ok=True)
+    plain.save(os.path.join(out, "model", "model.keras"))
     write_history(os.path.join(out, "history.csv"), history)
     write_tensorboard(os.path.join(out, "tensorboard"), history, 0)
     write_metrics(os.path.join(out, "metrics.json"), history, epochs, timer.seconds, steps_per_epoch)
@@ -69,6 +70,7 @@ def write_rank_result(args: argparse.Namespace, model, topology: Optional[str], 
         train_records_per_rank=layout.train_per_rank,
         steps_per_epoch=layout.steps_per_epoch,
         input_sharding=layout.sharding,
+        framework="tensorflow", framework_version=tf.__version__, distributed="horovod",
         tensorflow=tf.__version__, horovod=horovod.__version__,
         python="%d.%d.%d" % tuple(sys.version_info[:3]),
     )

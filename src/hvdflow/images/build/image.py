@@ -143,7 +143,8 @@ def _build(spec: ImageSpec, recipe_path: Path, log: Path, debian: str, progress:
             "io.hvdflow.recipe.sha256": load_recipe(recipe_path).fingerprint(),  # after --debian pin: the new manifest
         }
         if recipe.horovod is not None and wheel is not None:
-            labels.update({"io.hvdflow.tensorflow": recipe.horovod.tensorflow, "io.hvdflow.horovod": recipe.horovod.version,
+            labels.update({f"io.hvdflow.{recipe.horovod.framework}": recipe.horovod.framework_version,
+                           "io.hvdflow.horovod": recipe.horovod.version,
                            "io.hvdflow.horovod-wheel.sha256": sha256_file(wheel)})
         if recipe.proot is not None and proot is not None:
             carried = rootfs / IMAGE_PROOT

@@ -32,15 +32,18 @@ _PREFERENCES = "etc/apt/preferences.d/hvdflow-pins"
 
 
 def horovod_check(recipe: Recipe) -> str:
-    """Python code that fails unless Horovod imports with TensorFlow and has the controllers the recipe asks for."""
+    """Python code that fails unless Horovod imports with the recipe's framework (TensorFlow at its pinned version,
+    or torch at Debian's upstream version) and has the controllers the recipe asks for."""
     assert recipe.horovod is not None
     switches = dict(recipe.horovod.build_env)
     checks = [f"hvd.{name}_built()" for name, flag in (("gloo", "HOROVOD_WITH_GLOO"), ("mpi", "HOROVOD_WITH_MPI"))
               if switches.get(flag) == "1"]
-    return ("import horovod, horovod.tensorflow as hvd, tensorflow as tf\n"
-            f"assert tf.__version__ == {recipe.horovod.tensorflow!r}, tf.__version__\n"
+    framework, version = recipe.horovod.framework, recipe.horovod.framework_version
+    module = {"tensorflow": "horovod.tensorflow", "torch": "horovod.torch"}[framework]
+    return (f"import horovod, {module} as hvd, {framework} as fw\n"
+            f"assert fw.__version__.split('+')[0] == {version!r}, fw.__version__\n"
             + "".join(f"assert {check}, {check!r}\n" for check in checks)
-            + "print('tensorflow', tf.__version__, 'horovod', horovod.__version__)")
+            + f"print({framework!r}, fw.__version__, 'horovod', horovod.__version__)")
 
 
 def debian_env(source_date_epoch: int) -> dict[str, str]:
@@ -104,7 +107,8 @@ def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path]
     if horovod_wheel is not None:
         shutil.copy2(horovod_wheel, stage / horovod_wheel.name)
     staged_wheel = None if horovod_wheel is None else f"/{_STAGE}/{horovod_wheel.name}"
-    for argv in pip_install_argvs(pip, f"/{_STAGE}", f"/{_STAGE}/requirements.txt", staged_wheel):
+    requirements = f"/{_STAGE}/requirements.txt" if recipe.requirement_lines() else None
+    for argv in pip_install_argvs(pip, f"/{_STAGE}", requirements, staged_wheel):
         run_step(argv + flags, log)
     if horovod_wheel is not None:
         run_step(in_root + ["python3", "-c", horovod_check(recipe)], log)

@@ -25,6 +25,7 @@ from hvdflow.images.recipe import Recipe
 HOST_PYTHON = "/usr/bin/python3"
 BUILD_ROOT_PACKAGES = ("python3", "python3-venv", "python3-dev", "binutils")
 """What every build root holds besides the recipe's ``horovod.build_apt_packages``."""
+UNSHARE = "/usr/bin/unshare"
 CHROOT = "/usr/sbin/chroot"
 """Debian's chroot, named by path: an ordinary user's PATH (a rootless build) has no /usr/sbin."""
 _PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -100,10 +101,16 @@ def debian_package_version(package: str, root: Optional[Path] = None) -> str:
     return proc.stdout.strip()
 
 
+_WITH_PROC = 'mount --rbind /proc "$0/proc" && exec ' + CHROOT + ' "$0" "$@"'
+"""The shell line that gives a chroot the host's /proc (torch's build asks /proc/cpuinfo, UCX the boot id) in a
+mount namespace of its own, which ends with the command: nothing stays mounted in the root afterwards."""
+
+
 def chroot_argv(root: Path, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> list[str]:
-    """``argv`` run in the Debian root ``root`` by chroot, with a clean environment plus ``env``."""
+    """``argv`` run in the Debian root ``root`` by chroot, with /proc and a clean environment plus ``env``."""
     extra = [f"{k}={v}" for k, v in sorted((env or {}).items())]
-    return [CHROOT, str(root), "env", "-i", _PATH, "HOME=/root", "LANG=C.UTF-8", *extra, *argv]
+    return [UNSHARE, "--mount", "--propagation", "private", "--", "sh", "-c", _WITH_PROC, str(root),
+            "env", "-i", _PATH, "HOME=/root", "LANG=C.UTF-8", *extra, *argv]
 
 
 def _probe(argv: list[str]) -> tuple[str, str]:

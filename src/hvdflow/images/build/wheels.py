@@ -43,13 +43,14 @@ def ensure_wheelhouse(recipe: Recipe, toolchain: Toolchain, log: Path) -> Path:
     target = toolchain.pip_target()
     key = content_key(recipe.requirements.read_bytes(), *target)[:16]
     final = cache_root() / "wheelhouse" / key
-    if _complete(final, "*.whl"):
+    if (final / "COMPLETE").exists():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
     try:
-        run_step([HOST_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir", "--require-hashes",
-                  *target, "-d", str(tmp), "-r", str(recipe.requirements)], log)
+        if recipe.requirement_lines():  # a PyTorch image takes every Python package from Debian
+            run_step([HOST_PYTHON, "-m", "pip", "download", "--only-binary=:all:", "--no-cache-dir", "--require-hashes",
+                      *target, "-d", str(tmp), "-r", str(recipe.requirements)], log)
         _finish(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -57,11 +58,12 @@ def ensure_wheelhouse(recipe: Recipe, toolchain: Toolchain, log: Path) -> Path:
     return final
 
 
-def pip_install_argvs(pip: list[str], find_links: str, requirements: str, horovod_wheel: Optional[str]) -> list[list[str]]:
-    """The pip commands that install a recipe's requirements (``--require-hashes``, nothing from an index) and then
-    the Horovod wheel built for it, if any (no hash to pin: it is our own build), in that order."""
+def pip_install_argvs(pip: list[str], find_links: str, requirements: Optional[str], horovod_wheel: Optional[str]
+                      ) -> list[list[str]]:
+    """The pip commands that install a recipe's requirements (``--require-hashes``, nothing from an index; None: it
+    pins none) and then the Horovod wheel built for it, if any (no hash to pin: it is our own build), in that order."""
     common = ["install", "--no-index", "--no-cache-dir", "--find-links", find_links]
-    argvs = [pip + common + ["--require-hashes", "-r", requirements]]
+    argvs = [] if requirements is None else [pip + common + ["--require-hashes", "-r", requirements]]
     if horovod_wheel is not None:
         argvs.append(pip + common + ["--no-deps", horovod_wheel])
     return argvs
@@ -77,11 +79,16 @@ def horovod_of(recipe: Recipe) -> HorovodBuild:
 def horovod_wheel_key(recipe: Recipe, toolchain: Toolchain) -> str:
     """The cache key of the Horovod wheel ``recipe`` needs, compiled by ``toolchain``."""
     horovod = horovod_of(recipe)
-    with_mpi = dict(horovod.build_env).get("HOROVOD_WITH_MPI") == "1"
-    mpi = toolchain.package_version("libopenmpi-dev") if with_mpi else "none"
-    return content_key("horovod", horovod.version, horovod.sdist_sha256, "tensorflow", horovod.tensorflow,
+    switches = dict(horovod.build_env)
+    mpi = toolchain.package_version("libopenmpi-dev") if switches.get("HOROVOD_WITH_MPI") == "1" else "none"
+    # the compiler the build names (CXX=g++-13), else Debian's default; Debian's torch by its libtorch-dev
+    compiler = switches.get("CXX", "g++")
+    framework = (horovod.framework, horovod.framework_version)
+    if horovod.framework == "torch":
+        framework += ("libtorch-dev", toolchain.package_version("libtorch-dev"))
+    return content_key("horovod", horovod.version, horovod.sdist_sha256, *framework, horovod.patches_fingerprint(),
                        "requirements", recipe.requirements.read_bytes(),  # the build venv: pip, setuptools, TF's headers
-                       "python", toolchain.python_version, "g++", toolchain.package_version("g++"), "mpi", mpi,
+                       "python", toolchain.python_version, compiler, toolchain.package_version(compiler), "mpi", mpi,
                        repr(sorted(horovod.build_env)), str(recipe.source_date_epoch),
                        source_fingerprint(Path(__file__)))[:16]
 
@@ -94,7 +101,8 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, toolchain: Toolchain,
     """
     horovod = horovod_of(recipe)
     key = horovod_wheel_key(recipe, toolchain)
-    final = cache_root() / "wheels" / f"horovod-{horovod.version}-tf{horovod.tensorflow}-{key}"
+    short = {"tensorflow": "tf", "torch": "torch"}[horovod.framework]
+    final = cache_root() / "wheels" / f"horovod-{horovod.version}-{short}{horovod.framework_version}-{key}"
     found = _complete(final, "horovod-*.whl")
     if found:
         return found[0]
@@ -107,10 +115,12 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, toolchain: Toolchain,
         shutil.copy2(recipe.requirements, tmp / "requirements.txt")
         venv = tmp / "venv"
         python = toolchain.path(venv / "bin" / "python")
-        toolchain.run([HOST_PYTHON, "-m", "venv", toolchain.path(venv)], log)
+        system_site = ["--system-site-packages"] if horovod.system_site_packages else []
+        toolchain.run([HOST_PYTHON, "-m", "venv", *system_site, toolchain.path(venv)], log)
         pip = [python, "-m", "pip"]
-        toolchain.run(pip + ["install", "--no-index", "--find-links", toolchain.path(wheelhouse), "--require-hashes",
-                             "-r", toolchain.path(tmp / "requirements.txt")], log)
+        if recipe.requirement_lines():
+            toolchain.run(pip + ["install", "--no-index", "--find-links", toolchain.path(wheelhouse), "--require-hashes",
+                                 "-r", toolchain.path(tmp / "requirements.txt")], log)
         site = toolchain.output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
         env = {"MAKEFLAGS": f"-j{os.cpu_count() or 1}", "SOURCE_DATE_EPOCH": str(recipe.source_date_epoch)}
         env.update({k: v.format(site_packages=site) for k, v in horovod.build_env})
@@ -126,8 +136,10 @@ def ensure_horovod_wheel(recipe: Recipe, wheelhouse: Path, toolchain: Toolchain,
         with tarfile.open(archive) as tar:  # checked by its sha256 above (Debian's Python 3.11.2 has no filter=)
             tar.extractall(tmp / "src")
         tree = tmp / "src" / f"horovod-{horovod.version}"
+        for patch in horovod.patches:
+            run_step(["patch", "-p1", "--forward", "--no-backup-if-mismatch", "-d", str(tree), "-i", str(patch.resolve())], log)
         mapped = f"-ffile-prefix-map={toolchain.path(tmp)}={PREFIX_MAP_TARGET}"
-        env.update(CFLAGS=mapped, CXXFLAGS=mapped)
+        env.update(CFLAGS=mapped, CXXFLAGS=" ".join(filter(None, [env.get("CXXFLAGS", ""), mapped])))
         raw = tmp / "raw"
         toolchain.run(pip + ["wheel", "--no-cache-dir", "--no-build-isolation", "--no-deps", toolchain.path(tree),
                              "-w", toolchain.path(raw)], log, env=env)
@@ -150,12 +162,12 @@ def _strip_wheel(toolchain: Toolchain, venv: Path, wheel: Path, out_dir: Path, l
     """Repack ``wheel`` into ``out_dir`` with debug info stripped from its shared objects (57 MB to 2 MB); the
     archive's timestamps are ``epoch`` (wheel honours SOURCE_DATE_EPOCH)."""
     unpack = out_dir / "unpacked"
-    wheel_cli = toolchain.path(venv / "bin" / "wheel")
-    toolchain.run([wheel_cli, "unpack", "-d", toolchain.path(unpack), toolchain.path(wheel)], log)
+    wheel_cli = [toolchain.path(venv / "bin" / "python"), "-m", "wheel"]  # the venv's or Debian's python3-wheel
+    toolchain.run([*wheel_cli, "unpack", "-d", toolchain.path(unpack), toolchain.path(wheel)], log)
     (tree,) = list(unpack.iterdir())
     objects = [toolchain.path(p) for p in tree.rglob("*.so")]
     if objects:
         toolchain.run(["strip", "--strip-debug", *objects], log)
-    toolchain.run([wheel_cli, "pack", "-d", toolchain.path(out_dir), toolchain.path(tree)], log,
+    toolchain.run([*wheel_cli, "pack", "-d", toolchain.path(out_dir), toolchain.path(tree)], log,
                   env={"SOURCE_DATE_EPOCH": str(epoch)})
     shutil.rmtree(unpack)

@@ -1,0 +1,84 @@
+"""Full-state checkpoints of a PyTorch run, named by the run's manifest
+(:class:`~hvdflow_trainer.checkpoints.CheckpointManifest`).
+
+One file per checkpoint, ``ckpt-<global step>.pt`` (``torch.save``): the model's state (parameters and buffers), the
+optimizer's (momentum buffers, learning rate) and the random generators' (torch's CPU generator, numpy's, Python's).
+The position in the epoch, the history and the epoch's running sums go into the manifest entry, which rank 0 writes
+after the file. Rank 0 saves; every rank loads the same file, so all continue from identical state; the ranks meet
+after a save, so none leaves before the checkpoint is on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import torch
+
+from hvdflow_wire.replace import replaced
+
+from ..checkpoints import CheckpointManifest
+
+
+def rng_state() -> Dict[str, object]:
+    """The random generators' states: torch's CPU generator, numpy's global one, Python's."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: Dict[str, object]) -> None:
+    """Put the generators back to ``state`` (from :func:`rng_state`)."""
+    torch.set_rng_state(state["torch"])  # type: ignore[arg-type]
+    np.random.set_state(state["numpy"])  # type: ignore[arg-type]
+    random.setstate(state["python"])  # type: ignore[arg-type]
+
+
+class RunCheckpoints:
+    """The checkpoints of one run in ``folder``: restore the newest sound one, save new ones, keep the last ``keep``."""
+
+    def __init__(self, folder: str, identity: Dict[str, object], keep: int, model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer, rank: int, size: int, barrier: Callable[[], None]) -> None:
+        self.manifest = CheckpointManifest(folder, identity, keep, rank, size)
+        self.folder, self.model, self.optimizer, self.barrier = folder, model, optimizer, barrier
+
+    def restore(self) -> Optional[Dict[str, object]]:
+        """Load the newest sound checkpoint of this run into the model, optimizer and generators; its manifest entry,
+        or None to start from scratch. CheckpointError if the folder holds another run's checkpoints, or names
+        checkpoints of which none is sound."""
+        entry = self.manifest.resume_entry()
+        if entry is not None:
+            state = torch.load(self.manifest.own_files(str(entry["name"])) + ".pt", weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            set_rng_state(state["rng"])
+        return entry
+
+    def save(self, epoch: int, step: int, steps_per_epoch: int, state: Dict[str, object], reason: str
+             ) -> Optional[Dict[str, object]]:
+        """Rank 0 writes ``ckpt-<global step>.pt`` and then the manifest naming it (its entry is returned); every
+        rank calls it and they meet afterwards."""
+        entry = None
+        if self.manifest.rank == 0:
+            started = time.perf_counter()
+            name = "ckpt-%d" % (epoch * steps_per_epoch + step)
+            path = os.path.join(self.folder, name + ".pt")
+            with replaced(path, mode="wb", durable=True) as handle:
+                torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                            "rng": rng_state()}, handle)
+            entry = self.manifest.record(name, epoch, step, steps_per_epoch, state, reason, started)
+            self._drop_unnamed()
+        self.barrier()
+        return entry
+
+    def _drop_unnamed(self) -> None:
+        """Remove checkpoint files the manifest no longer names (beyond ``keep``)."""
+        named = {f for entry in self.manifest.manifest["checkpoints"] for f in entry["files"]}  # type: ignore[union-attr,attr-defined]
+        for name in os.listdir(self.folder):
+            if name.startswith("ckpt-") and name.endswith(".pt") and name not in named:
+                os.unlink(os.path.join(self.folder, name))
+
+    def finish(self) -> None:
+        """Mark the run finished in the manifest: its checkpoints are kept, but no later attempt resumes from them."""
+        self.manifest.finish()

@@ -1,0 +1,276 @@
+"""Data-parallel training with PyTorch, in Horovod's PyTorch API or PyTorch's own DistributedDataParallel
+(:mod:`.comm`): a rank's set-up, the model and optimizer, the resume, and the step loop with the run's guarantees.
+
+Follows the Keras trainer (:mod:`hvdflow_trainer.keras.fit`) step for step, so a PyTorch run gives the same files
+and keeps the same promises: the learning rate scaled by the rank count with Horovod's warm-up formula, one GPU per
+rank, every rank reading its equal share of the verified shards in an order that is a pure function of (seed, epoch,
+ranks, rank) (:mod:`.data`), BatchNorm statistics averaged over the ranks at each epoch's end, full-state
+checkpoints under the run's manifest (:mod:`.checkpoints`), a resume from any step that ends with the weights of an
+uninterrupted run, and a stop on a signal agreed by all ranks after the same step (rank 0 saves first).
+
+Bit-identical weights on CPU come from torch's deterministic algorithms, a fixed thread count per rank, seeded
+generators, and sums in a fixed order (Horovod with tensor fusion off; DDP's Gloo allreduce of fixed buckets).
+
+Keras' SGD keeps the learning rate inside its velocity, so Horovod's warm-up corrects the momentum whenever it changes
+the rate; torch's SGD applies the rate after the momentum, which is that corrected update: no correction is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from hvdflow_index import read_index, verified_shards
+from hvdflow_runstate import position as describe
+
+from ..faults import injected_failures
+from ..input_plan import label_sorted_positions
+from ..neighbours import allreduce_bytes_per_step
+from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
+from ..user_code import user_model_of
+from .checkpoints import RunCheckpoints
+from .comm import Ranks, join_ranks
+from .data import RankBatches, SplitRecords, rank_positions
+from .models import build_model, correct, loss_function
+from .outputs import write_rank_result, write_run_outputs
+
+SUMS = ("loss", "right", "answers", "samples")
+"""A rank's running sums over an epoch's steps: the sample-weighted loss, right answers, answers, samples."""
+
+
+def local_gpu() -> Optional[int]:
+    """This rank's GPU (by its local rank, or the only one its launcher left visible), or None on a CPU machine."""
+    if not torch.cuda.is_available():
+        return None
+    count, local_rank = torch.cuda.device_count(), int(os.environ.get("HOROVOD_LOCAL_RANK", "0"))
+    if count == 1:
+        return 0
+    if local_rank >= count:
+        raise RuntimeError("local rank %d sees %d GPUs and none of its own: give each rank one GPU" % (local_rank, count))
+    return local_rank
+
+
+def set_up_rank(args: argparse.Namespace) -> Ranks:
+    """Threads, determinism, this rank's GPU, the ranks' group, and the seeds."""
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    if not args.no_op_determinism:
+        torch.use_deterministic_algorithms(True)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS' deterministic mode (GPU)
+    if args.deterministic_allreduce:
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = "0"  # one allreduce per tensor: a fixed order of sums (Keras' reason)
+    gpu = local_gpu()
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+    ranks = join_ranks(args.distributed, gpu)
+    torch.manual_seed(args.seed)
+    np.random.seed(args.seed)
+    random.seed(args.seed)
+    return ranks
+
+
+class Layout:
+    """The dataset and this rank's share of it: the training batches in each epoch's order, the validation batches."""
+
+    def __init__(self, args: argparse.Namespace, ranks: Ranks) -> None:
+        self.index = read_index(args.dataset)
+        self.multi = self.index["task"] == "multi-label"
+        train = SplitRecords(verified_shards(args.dataset, self.index, "train"), self.index)
+        val = SplitRecords(verified_shards(args.dataset, self.index, "validation"), self.index)
+        counts = {split: [int(s["records"]) for s in self.index["splits"][split]["shards"]]  # type: ignore[index]
+                  for split in ("train", "validation")}
+        self.rank, self.size, self.batch = ranks.rank, ranks.size, args.batch_size
+        by_label = (label_sorted_positions(train.first_labels(), ranks.rank, ranks.size)
+                    if args.shard_order == "by_label" else None)
+        try:
+            mine, self.sharding = rank_positions(train, counts["train"], ranks.rank, ranks.size, by_label)
+            val_mine, _ = rank_positions(val, counts["validation"], ranks.rank, ranks.size)
+        except ValueError as exc:
+            raise ValueError("%s: %s" % (args.dataset, exc)) from None
+        self.train = RankBatches(train, mine, args.batch_size, args.seed, args.shuffle_buffer > 0)
+        self.val = RankBatches(val, val_mine, args.batch_size, args.seed, False)
+        self.train_per_rank, self.steps_per_epoch = len(mine), self.train.steps
+
+
+def warmup_rate(scaled_lr: float, warmup_epochs: int, size: int, epoch: int, step: int, steps_per_epoch: int) -> float:
+    """The learning rate of step ``step`` (from 0) of epoch ``epoch``: Horovod's warm-up from ``scaled_lr / size`` to
+    ``scaled_lr`` over ``warmup_epochs`` (its Keras callback's formula), then ``scaled_lr``."""
+    if epoch >= warmup_epochs:
+        return scaled_lr
+    progress = epoch + (step + 1.0) / steps_per_epoch
+    return scaled_lr / size * (progress * (size - 1) / warmup_epochs + 1)
+
+
+class StepLoop:
+    """The epochs from a position to the last, with the run control after every step and at every epoch's end."""
+
+    def __init__(self, args: argparse.Namespace, flag: StopFlag, ranks: Ranks, layout: Layout, model: torch.nn.Module,
+                 net: torch.nn.Module, optimizer: torch.optim.Optimizer, checkpoints: RunCheckpoints,
+                 device: torch.device) -> None:
+        self.args, self.flag, self.ranks, self.layout = args, flag, ranks, layout
+        self.model, self.net, self.optimizer, self.checkpoints, self.device = model, net, optimizer, checkpoints, device
+        self.loss = loss_function(layout.multi)
+        self.scaled_lr = args.learning_rate * ranks.size
+        self.failures = injected_failures(args)
+        self.seconds: List[float] = []
+        self.first_step_unix: Optional[float] = None
+        gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        self.sent_bytes = float(allreduce_bytes_per_step(ranks.size, gradient_bytes))
+
+    def save(self, position: Position, history: List[Dict[str, float]], reason: str,
+             sums: Optional[List[List[float]]] = None) -> None:
+        """A checkpoint at ``position`` (every rank calls it)."""
+        state: Dict[str, object] = {"history": history}
+        if sums is not None:
+            state["metric_sums"] = sums
+        if self.flag.unix is not None:
+            state["signal_unix"] = self.flag.unix
+        self.checkpoints.save(position.epoch, position.step, self.layout.steps_per_epoch, state, reason)
+
+    def gathered(self, sums: List[float]) -> List[List[float]]:
+        """Every rank's running sums (an allreduce of each rank's own slot: all ranks call it)."""
+        slots = torch.zeros(self.ranks.size * len(sums), dtype=torch.float64)
+        slots[self.ranks.rank * len(sums):(self.ranks.rank + 1) * len(sums)] = torch.tensor(sums, dtype=torch.float64)
+        every = [v * self.ranks.size for v in self.ranks.allreduce_mean(slots).tolist()]
+        return [every[r * len(sums):(r + 1) * len(sums)] for r in range(self.ranks.size)]
+
+    def stop(self, position: Position, history: List[Dict[str, float]], sums: Optional[List[float]]) -> None:
+        """Save (with every rank's sums mid-epoch), wait until it is on disk, and raise StopRequested."""
+        self.save(position, history, stop_reason(self.flag), self.gathered(sums) if sums is not None else None)
+        self.ranks.barrier()
+        raise StopRequested("stopped at epoch %d step %d on %s" % (position.epoch, position.step, stop_reason(self.flag)))
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, rate: float, sums: List[float]) -> None:
+        """One optimizer step at learning rate ``rate``; the batch's loss and answers added to ``sums``."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        x, y = x.to(self.device), y.to(self.device)
+        self.optimizer.zero_grad()
+        logits = self.net(x)
+        loss = self.loss(logits, y)
+        loss.backward()
+        self.optimizer.step()
+        right, answers = correct(logits.detach(), y, self.layout.multi)
+        sums[0] += float(loss.item()) * x.shape[0]
+        sums[1] += right
+        sums[2] += answers
+        sums[3] += x.shape[0]
+
+    def validate(self) -> Dict[str, float]:
+        """Validation loss and accuracy on this rank's share, averaged over the ranks."""
+        self.net.eval()
+        sums = [0.0] * len(SUMS)
+        with torch.no_grad():
+            for x, y in self.layout.val.epoch(0):
+                x, y = x.to(self.device), y.to(self.device)
+                logits = self.net(x)
+                right, answers = correct(logits, y, self.layout.multi)
+                sums = [sums[0] + float(self.loss(logits, y).item()) * x.shape[0], sums[1] + right,
+                        sums[2] + answers, sums[3] + x.shape[0]]
+        self.net.train()
+        loss, accuracy = self.ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
+        return {"val_loss": loss, "val_accuracy": accuracy}
+
+    def average_statistics(self) -> None:
+        """BatchNorm's running statistics (the floating buffers) averaged over the ranks, as the Keras trainer does."""
+        with torch.no_grad():
+            for buffer in self.model.buffers():
+                if buffer.is_floating_point():
+                    buffer.copy_(self.ranks.allreduce_mean(buffer.double()).reshape(buffer.shape).to(buffer))
+
+    def consensus_distance(self) -> float:
+        """The ranks' mean L2 distance of their weights from the ranks' average (0 for one model)."""
+        # in float64 the sum of the ranks' float32 weights is exact: ranks that hold one model are 0 apart
+        mine = torch.cat([t.detach().double().cpu().flatten() for t in self.model.state_dict().values()
+                          if t.is_floating_point()])
+        mean = self.ranks.allreduce_mean(mine).cpu()
+        return self.ranks.mean_of([float(torch.linalg.vector_norm(mine - mean))])[0]
+
+    def __call__(self, position: Position, history: List[Dict[str, float]], carried: Optional[List[List[float]]]) -> None:
+        """Train from ``position`` to the last epoch."""
+        args, layout = self.args, self.layout
+        sums = list(carried[self.ranks.rank]) if carried is not None else [0.0] * len(SUMS)
+        while position.epoch < args.epochs:
+            started = time.perf_counter()
+            stop_at_epoch_end = False
+            for x, y in layout.train.epoch(position.epoch, position.step):
+                if self.first_step_unix is None:
+                    self.first_step_unix = time.time()
+                rate = warmup_rate(self.scaled_lr, args.warmup_epochs, self.ranks.size, position.epoch, position.step,
+                                   layout.steps_per_epoch)
+                self.train_step(x, y, rate, sums)
+                for failure in self.failures:
+                    failure.after_step(self.ranks.rank, position.epoch, position.step + 1)
+                position.step += 1
+                if self.ranks.allreduce_max(1 if self.flag.signal else 0):
+                    if position.step < layout.steps_per_epoch:
+                        self.stop(position, history, sums)
+                    stop_at_epoch_end = True
+            self.average_statistics()
+            loss, accuracy = self.ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
+            row = {"loss": loss, "accuracy": accuracy, "lr": float(self.optimizer.param_groups[0]["lr"]),
+                   **self.validate(), "consensus_distance": self.consensus_distance(),
+                   "sent_bytes_per_step": self.sent_bytes}
+            row = {key: row[key] for key in sorted(row)}
+            seconds = time.perf_counter() - started
+            self.seconds.append(seconds)
+            history.append(row)
+            for failure in self.failures:
+                failure.after_epoch(self.ranks.rank, position.epoch)
+            position.epoch, position.step = position.epoch + 1, 0
+            sums = [0.0] * len(SUMS)
+            if self.ranks.rank == 0:
+                print(progress_line(position.epoch, args.epochs, row, seconds), flush=True)
+            if stop_at_epoch_end and position.epoch < args.epochs:
+                self.stop(position, history, None)
+            if checkpoint_due(position.epoch, args.epochs, args.checkpoint_every):
+                self.save(position, history, "epoch end")
+
+
+def train(args: argparse.Namespace, flag: StopFlag) -> None:
+    """Train on the dataset at ``args.dataset``; write the outputs and this rank's result into ``args.out``.
+
+    Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when
+    the ranks stopped on a signal (``flag`` set; rank 0 saved a checkpoint first).
+    """
+    if args.strategy != "allreduce" or args.elastic_ranks:
+        raise ValueError("the PyTorch trainer trains with strategy allreduce at a fixed rank count")
+    ranks = set_up_rank(args)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    layout = Layout(args, ranks)
+    classes = int(layout.index["num_classes"])  # type: ignore[call-overload]
+    model = build_model(args.model, layout.index["feature_shape"], classes, layout.multi, args.hidden_units,  # type: ignore[arg-type]
+                        user_model_of(args)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * ranks.size, momentum=args.momentum)
+    # wrapped first: Horovod's optimizer is a new object over the same parameter groups, with its own state, so the
+    # checkpoint is restored into (and saved from) the one that steps
+    net, optimizer = ranks.wrap(model, optimizer)
+    with open(args.identity) as handle:
+        identity = json.load(handle)
+    checkpoints = RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer, ranks.rank,
+                                 ranks.size, ranks.barrier)
+    resumed = checkpoints.restore()
+    saved = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
+    history: List[Dict[str, float]] = list(saved.get("history", []))  # type: ignore[arg-type]
+    position = Position(int(resumed["epoch"]), int(resumed["step"])) if resumed else Position(0, 0)  # type: ignore[arg-type]
+    start = Position(position.epoch, position.step)
+    if ranks.rank == 0:
+        print("hvdflow: %s" % ("resuming from checkpoint %s at %s" % (resumed["name"], describe(resumed))
+                               if resumed else "starting from scratch"), flush=True)
+    if not resumed:
+        ranks.broadcast_start(model, optimizer)
+    loop = StepLoop(args, flag, ranks, layout, model, net, optimizer, checkpoints, device)
+    loop(position, history, saved.get("metric_sums"))  # type: ignore[arg-type]
+    if ranks.rank == 0:
+        write_run_outputs(args, model, layout, history, loop.seconds)
+        checkpoints.finish()
+    write_rank_result(args, ranks, model, position, start, loop, layout)
+    ranks.barrier()
+    ranks.shutdown()

@@ -1,0 +1,130 @@
+"""Models the PyTorch trainer builds, by name, as the Keras trainer's (:mod:`hvdflow_trainer.keras.models`):
+
+- ``mlp``: flatten, one hidden linear layer with ReLU; any input shape.
+- ``small-cnn``: three 3x3 convolution blocks (32, 64, 128 filters, each max-pooled while the feature map is at
+  least 4x4), global average pooling and one hidden linear layer.
+- ``resnet50``: torchvision's ResNet-50, randomly initialised, its first convolution taking the data's channels;
+  needs height and width of at least 32.
+
+Every model ends in ``num_classes`` logits; the loss applies the softmax (single-label: cross-entropy) or the sigmoid
+(multi-label: binary cross-entropy), and :func:`scores` turns logits into the probabilities evaluation ranks.
+
+A user's own model (``--model user``) is a ``torch.nn.Module`` their build function returns; it gets
+``input_shape`` as the tensors arrive, ``(channels, height, width)`` for images, and is checked to give
+``num_classes`` outputs on one batch of zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from ..user_code import USER_MODEL, UserCodeError, UserModelRef, call, load_function
+
+MODELS = ("mlp", "small-cnn", "resnet50")
+BUILD_ARGUMENTS = ("input_shape", "num_classes", "multi_label")
+CNN_FILTERS = (32, 64, 128)
+RESNET_MIN_SIZE = 32
+
+
+def tensor_shape(feature_shape: Sequence[int]) -> Tuple[int, ...]:
+    """The shape of one sample as the model sees it: ``(C, H, W)`` for hvdflow's ``(H, W, C)`` images."""
+    shape = tuple(int(n) for n in feature_shape)
+    return (shape[2], shape[0], shape[1]) if len(shape) == 3 else shape
+
+
+def _mlp(shape: Tuple[int, ...], hidden_units: int, num_classes: int) -> nn.Module:
+    features = 1
+    for n in shape:
+        features *= n
+    return nn.Sequential(nn.Flatten(), nn.Linear(features, hidden_units), nn.ReLU(), nn.Linear(hidden_units, num_classes))
+
+
+def _small_cnn(shape: Tuple[int, ...], hidden_units: int, num_classes: int) -> nn.Module:
+    if len(shape) != 3:
+        raise ValueError("small-cnn needs a (channels, height, width) input, not %s" % (shape,))
+    channels, height, width = shape
+    layers = []
+    for filters in CNN_FILTERS:
+        layers += [nn.Conv2d(channels, filters, 3, padding=1), nn.ReLU()]
+        channels = filters
+        if min(height, width) >= 4:
+            layers.append(nn.MaxPool2d(2))
+            height, width = height // 2, width // 2
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, hidden_units), nn.ReLU(),
+               nn.Linear(hidden_units, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def _resnet50(shape: Tuple[int, ...], num_classes: int) -> nn.Module:
+    import torchvision
+
+    if len(shape) != 3 or min(shape[1], shape[2]) < RESNET_MIN_SIZE:
+        raise ValueError("input shape %s does not fit resnet50: it needs (channels, height, width) with height and "
+                         "width of at least %d" % (shape, RESNET_MIN_SIZE))
+    model = torchvision.models.resnet50(weights=None, num_classes=num_classes)
+    if shape[0] != 3:
+        model.conv1 = nn.Conv2d(shape[0], 64, kernel_size=7, stride=2, padding=3, bias=False)
+    return model
+
+
+def build_model(name: str, feature_shape: Sequence[int], num_classes: int, multi_label: bool, hidden_units: int,
+                user: Optional[UserModelRef] = None) -> nn.Module:
+    """The model ``name`` for samples of hvdflow's ``feature_shape``, with ``num_classes`` logits."""
+    shape = tensor_shape(feature_shape)
+    if name == USER_MODEL and user is not None:
+        return build_user_model(user, shape, num_classes, multi_label)
+    if name == "mlp":
+        return _mlp(shape, hidden_units, num_classes)
+    if name == "small-cnn":
+        return _small_cnn(shape, hidden_units, num_classes)
+    if name == "resnet50":
+        return _resnet50(shape, num_classes)
+    raise ValueError("unknown model %r; known: %s, or %s with --model-code" % (name, ", ".join(MODELS), USER_MODEL))
+
+
+def build_user_model(user: UserModelRef, shape: Tuple[int, ...], num_classes: int, multi_label: bool) -> nn.Module:
+    """The user's model, built by their function and checked: a ``torch.nn.Module`` giving ``num_classes`` outputs
+    per sample; UserCodeError naming what is wrong."""
+    clash = sorted(set(user.params) & set(BUILD_ARGUMENTS))
+    if clash:
+        raise UserCodeError("%s: params %s are given by hvdflow (the dataset's %s); leave them out of params"
+                            % (user.build, ", ".join(clash), ", ".join(BUILD_ARGUMENTS)))
+    build = load_function(user.code, user.build)
+    model = call(build, user.build, user.code, input_shape=shape, num_classes=num_classes, multi_label=multi_label,
+                 **user.params)
+    if not isinstance(model, nn.Module):
+        raise UserCodeError("%s returned %s, not a torch.nn.Module" % (user.build, type(model).__name__))
+    model.eval()
+    with torch.no_grad():
+        try:
+            out = model(torch.zeros((2,) + shape))
+        except Exception as exc:  # the user's forward, on the dataset's shape
+            raise UserCodeError("%s: the model fails on a batch of the dataset's shape %s: %s: %s"
+                                % (user.build, (2,) + shape, type(exc).__name__, exc)) from None
+    model.train()
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
+        found = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise UserCodeError("%s returned a model whose output for a batch of 2 is %s; the dataset has %d classes, so "
+                            "it needs shape (2, %d): one logit per class" % (user.build, found, num_classes, num_classes))
+    return model
+
+
+def loss_function(multi_label: bool) -> nn.Module:
+    """The task's loss on logits: binary cross-entropy (multi-label) or cross-entropy (single-label), batch means."""
+    return nn.BCEWithLogitsLoss() if multi_label else nn.CrossEntropyLoss()
+
+
+def correct(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> Tuple[float, int]:
+    """``(right answers, answers)`` of a batch: Keras' accuracy (argmax) or binary accuracy (per label, at 0.5)."""
+    if multi_label:
+        predicted = (logits > 0).to(y.dtype)
+        return float((predicted == y).sum().item()), int(y.numel())
+    return float((logits.argmax(dim=1) == y).sum().item()), int(y.shape[0])
+
+
+def scores(logits: torch.Tensor, multi_label: bool) -> torch.Tensor:
+    """Probabilities from logits: sigmoid per label, or softmax over the classes."""
+    return torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=1)

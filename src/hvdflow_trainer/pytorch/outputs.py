@@ -1,0 +1,95 @@
+"""What a PyTorch rank leaves when its run is done: rank 0's model, history, TensorBoard logs and metrics, and every
+rank's result (``rank-<r>.json``), the same files a Keras run leaves.
+
+The model is ``model/model.pt``: one ``torch.save`` of the weights (``state_dict``) and what rebuilds the module
+around them (the built-in model's name and sizes, or the user's build function, and the data's shape), which
+:mod:`.evaluate` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Dict, List
+
+import torch
+
+from hvdflow_wire.rank import RankResult
+from hvdflow_wire.replace import replaced
+
+from ..machine import cpu_facts, nvidia_driver
+from ..outputs import weights_sha256, write_history, write_metrics
+from ..run_control import Position
+from ..tensorboard import write_epoch_scalars
+
+MODEL_FILE = "model.pt"
+MODEL_FORMAT = "hvdflow-torch-model/1"
+
+
+def weights(model: torch.nn.Module) -> list:  # type: ignore[type-arg]
+    """The model's state (parameters and buffers) as numpy arrays, in the state dict's order."""
+    return [tensor.detach().cpu().numpy() for tensor in model.state_dict().values()]
+
+
+def write_run_outputs(args: argparse.Namespace, model: torch.nn.Module, layout, history: List[Dict[str, float]],  # type: ignore[no-untyped-def]
+                      epoch_seconds: List[float]) -> None:
+    """Rank 0's outputs: ``model/model.pt``, ``history.csv``, ``tensorboard/`` and ``metrics.json``."""
+    folder = os.path.join(args.out, "model")
+    os.makedirs(folder, exist_ok=True)
+    saved = {"format": MODEL_FORMAT, "model": args.model, "hidden_units": args.hidden_units,
+             "feature_shape": list(layout.index["feature_shape"]), "num_classes": int(layout.index["num_classes"]),
+             "multi_label": layout.multi, "state_dict": model.state_dict()}
+    with replaced(os.path.join(folder, MODEL_FILE), mode="wb") as handle:
+        torch.save(saved, handle)
+    write_history(os.path.join(args.out, "history.csv"), history)
+    write_epoch_scalars(os.path.join(args.out, "tensorboard"), history)
+    write_metrics(os.path.join(args.out, "metrics.json"), history, args.epochs, epoch_seconds, layout.steps_per_epoch)
+
+
+def numerics(args: argparse.Namespace) -> Dict[str, object]:
+    """The settings of this process that fix the order of floating-point sums."""
+    return {"framework": "torch", "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "intra_op_threads": torch.get_num_threads(), "inter_op_threads": torch.get_num_interop_threads(),
+            "tensor_fusion": "off (one allreduce per tensor)" if args.deterministic_allreduce else "Horovod's default",
+            "mkldnn": bool(torch.backends.mkldnn.is_available()), "parallel_info": torch.__config__.parallel_info()}
+
+
+def gpu_facts() -> List[Dict[str, object]]:
+    """Name and compute capability of the GPU this rank uses (none on a CPU machine)."""
+    if not torch.cuda.is_available():
+        return []
+    index = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    return [{"name": torch.cuda.get_device_name(index), "compute_capability": "%d.%d" % (major, minor)}]
+
+
+def write_rank_result(args: argparse.Namespace, ranks, model: torch.nn.Module, position: Position,  # type: ignore[no-untyped-def]
+                      start: Position, loop, layout) -> None:
+    """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
+    its run went."""
+    import horovod
+
+    result = RankResult(
+        rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank, local_size=ranks.local_size,
+        cross_rank=ranks.cross_rank, cross_size=ranks.cross_size, hostname=socket.gethostname(),
+        controller=ranks.controller(), strategy=args.strategy, topology=None,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        cpus=sorted(os.sched_getaffinity(0)), threads=args.threads,
+        elastic_worker=os.environ.get("HVDFLOW_ELASTIC_WORKER"), horovod_hostname=os.environ.get("HOROVOD_HOSTNAME"),
+        machine={"cpu": cpu_facts(), "gpus": gpu_facts(), "nvidia_driver": nvidia_driver()},
+        numerics=numerics(args),
+        weights_sha256=weights_sha256(weights(model)),
+        epochs_done=position.epoch,
+        resumed_from={"epoch": start.epoch, "step": start.step},
+        epoch_seconds=loop.seconds,
+        first_step_unix=loop.first_step_unix,
+        train_records_per_rank=layout.train_per_rank,
+        steps_per_epoch=layout.steps_per_epoch,
+        input_sharding=layout.sharding,
+        framework="torch", framework_version=torch.__version__, distributed=ranks.mode,
+        tensorflow="none", horovod=horovod.__version__,
+        python="%d.%d.%d" % tuple(sys.version_info[:3]),
+    )
+    result.write(os.path.join(args.out, "rank-%d.json" % result.rank))
