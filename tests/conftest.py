@@ -207,6 +207,13 @@ def oldest_image(registry: Registry, build_log: Path) -> BuiltImage:
     return _built_and_pushed("hvdflow-cpu-oldest", registry, build_log)
 
 
+@pytest.fixture(scope="session")
+def torch_image(registry: Registry, build_log: Path) -> BuiltImage:
+    """The PyTorch image (hvdflow-torch-cpu: Debian 13, torch 2.6.0, Horovod 0.28.1 compiled for torch in a Debian
+    13 build root), built like ``cpu_image`` and pushed to the test registry."""
+    return _built_and_pushed("hvdflow-torch-cpu", registry, build_log)
+
+
 def _built_and_pushed(name: str, registry: Registry, build_log: Path) -> BuiltImage:
     spec = load_catalog(REPO / "containers" / "catalog.yaml")[name]
     image = build_image(spec, build_log, debian="follow")

@@ -17,7 +17,9 @@ from conftest import HpcUser, Registry, _chown_tree
 from dataset_files import BANDS, band_pixels, write_ben_v1, write_ben_v2, write_image_folder
 from hvdflow_trainer.sources.bigearthnet_labels import LABELS_19
 from pipeline_run import PNG, Pipeline
-from tfrecord_read import example, records
+from hvdflow_trainer.tfrecord import parse_example as example
+from hvdflow_trainer.tfrecord import framed
+from hvdflow_trainer.tfrecord import read_records as records
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -80,6 +82,8 @@ def test_bigearthnet_v1_counts_exclusions_and_19_class_labels(trained: Pipeline,
             path = trained.root / "resources/datasets/ben_v1" / shard["file"]
             assert hashlib.sha256(path.read_bytes()).hexdigest() == shard["sha256"]
             assert sum(1 for _ in records(path)) == shard["records"]
+            # TensorFlow's framing and CRC-32C, as the PyTorch trainer's reader and TensorBoard writer make them
+            assert b"".join(framed(r) for r in records(path)) == path.read_bytes()
             assert shard["bytes"] <= 1e6 + 400_000   # the 1 MB target, overshot by at most one record
 
 

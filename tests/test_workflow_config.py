@@ -138,6 +138,19 @@ def parse_time_error(tree: Path, profile: str, monkeypatch: pytest.MonkeyPatch) 
     (lambda c: c["benchmark"].update(nodes=[1, 2]),
      "benchmark.ranks 2 on benchmark.nodes 2: nodes 2 needs a Slurm profile"),
     (lambda c: c["benchmark"].update(image="no-such-image"), "benchmark.image: 'no-such-image' is not an image"),
+    (lambda c: c["experiments"]["demo"].update(framework="pytorch"),
+     "experiments.demo.image: 'hvdflow-cpu' holds no pytorch (the catalogue containers/catalog.yaml says tensorflow "
+     "2.15.1, torch none); framework pytorch trains in hvdflow-torch-cpu"),
+    (lambda c: c["experiments"]["demo"].update(image="hvdflow-torch-cpu"),
+     "experiments.demo.image: 'hvdflow-torch-cpu' holds no tensorflow"),
+    (lambda c: c["experiments"]["demo"].update(distributed="ddp"),
+     "distributed ddp is PyTorch's DistributedDataParallel: it needs framework pytorch"),
+    (lambda c: c["experiments"]["demo"].update(framework="pytorch", image="hvdflow-torch-cpu", distributed="ddp",
+                                               elastic={"min_ranks": 1}),
+     "distributed ddp cannot run elastic: PyTorch's DistributedDataParallel has no elastic membership"),
+    (lambda c: c["experiments"]["demo"].update(framework="pytorch", image="hvdflow-torch-cpu", strategy="neighbour"),
+     "framework pytorch does not run strategy neighbour yet in hvdflow"),
+    (lambda c: c["experiments"]["demo"].update(framework="keras"), "'keras' is not one of ['tensorflow', 'pytorch']"),
 ])
 def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str,  # type: ignore[no-untyped-def]
                                            monkeypatch: pytest.MonkeyPatch) -> None:

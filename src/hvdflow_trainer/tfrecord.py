@@ -12,7 +12,7 @@ length-delimited fields, packed and unpacked repeated int64) and refuses anythin
 from __future__ import annotations
 
 import struct
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -158,6 +158,13 @@ def read_span(handle, span: Tuple[int, int]) -> bytes:  # type: ignore[no-untype
     """The data of the record at ``span`` (from :func:`record_spans`) of the open file ``handle``."""
     handle.seek(span[0])
     return handle.read(span[1])  # type: ignore[no-any-return]
+
+
+def read_records(path: str) -> Iterator[bytes]:
+    """The serialized records of the TFRecord file ``path``, in order."""
+    with open(path, "rb") as handle:
+        for span in record_spans(path):
+            yield read_span(handle, span)
 
 
 def split_spans(paths: Sequence[str]) -> List[Tuple[int, int, int]]:

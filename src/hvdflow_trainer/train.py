@@ -22,6 +22,8 @@ from .neighbours import TOPOLOGIES
 from .run_control import StopFlag, StopRequested
 
 FRAMEWORKS = ("tensorflow", "pytorch")
+DISTRIBUTED = ("horovod", "ddp")
+"""PyTorch's data parallelism: Horovod's PyTorch API, or DistributedDataParallel (:mod:`.pytorch.comm`)."""
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -31,7 +33,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
                         help="tensorflow (Horovod's Keras API) or pytorch (--distributed horovod or ddp)")
-    parser.add_argument("--distributed", choices=("horovod", "ddp"), default="horovod",
+    parser.add_argument("--distributed", choices=DISTRIBUTED, default="horovod",
                         help="pytorch: Horovod's PyTorch API, or PyTorch's DistributedDataParallel")
     parser.add_argument("--model", default="mlp", help="mlp, small-cnn, resnet50, or user (--model-code and --model-build)")
     parser.add_argument("--hidden-units", type=int, default=64)

@@ -18,7 +18,7 @@ SHARD_ORDERS = ("shuffled", "by_label")
 FRAMEWORKS = ("tensorflow", "pytorch")
 """``hvdflow_trainer.train.FRAMEWORKS`` (a test compares them)."""
 DISTRIBUTED = ("horovod", "ddp")
-"""``hvdflow_trainer.pytorch.comm.DISTRIBUTED``."""
+"""``hvdflow_trainer.train.DISTRIBUTED``."""
 RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
 """Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
 

@@ -52,8 +52,10 @@ def numerics(args: argparse.Namespace) -> Dict[str, object]:
     """The settings of this process that fix the order of floating-point sums."""
     return {"framework": "torch", "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "intra_op_threads": torch.get_num_threads(), "inter_op_threads": torch.get_num_interop_threads(),
-            "tensor_fusion": "off (one allreduce per tensor)" if args.deterministic_allreduce else "Horovod's default",
-            "mkldnn": bool(torch.backends.mkldnn.is_available()), "parallel_info": torch.__config__.parallel_info()}
+            "deterministic_allreduce": bool(args.deterministic_allreduce),
+            "HOROVOD_FUSION_THRESHOLD": os.environ.get("HOROVOD_FUSION_THRESHOLD"),
+            "mkldnn_available": bool(torch.backends.mkldnn.is_available()),
+            "ONEDNN_MAX_CPU_ISA": os.environ.get("ONEDNN_MAX_CPU_ISA")}
 
 
 def gpu_facts() -> List[Dict[str, object]]:
