@@ -16,10 +16,10 @@ import yaml
 from conftest import HpcUser, Registry, _chown_tree
 from dataset_files import BANDS, band_pixels, write_ben_v1, write_ben_v2, write_image_folder
 from hvdflow_trainer.sources.bigearthnet_labels import LABELS_19
-from pipeline_run import PNG, Pipeline
-from hvdflow_trainer.tfrecord import parse_example as example
 from hvdflow_trainer.tfrecord import framed
+from hvdflow_trainer.tfrecord import parse_example as example
 from hvdflow_trainer.tfrecord import read_records as records
+from pipeline_run import PNG, Pipeline
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 

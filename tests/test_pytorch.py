@@ -5,14 +5,13 @@ rank and a stop signal resumed to the uninterrupted run's weights."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
-import yaml
 
 from conftest import HpcUser, Registry
 from hvdflow.images.build.image import BuiltImage
-from pipeline_run import Pipeline, processes_naming
+from pipeline_run import Pipeline, configured_pipeline, processes_naming
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -21,20 +20,14 @@ TORCH = {"dataset": "digits", "image": "hvdflow-torch-cpu", "ranks": 2, "model":
 """The digits MLP in PyTorch: the demo's hyperparameters, fewer epochs."""
 
 
-def torch_tree(pipeline: Pipeline, **experiments: dict[str, Any]) -> None:
-    """Give the tree's config these experiments (and no other)."""
-    config_file = pipeline.root / "config" / "config.yaml"
-    config = yaml.safe_load(config_file.read_text())
-    config["experiments"] = experiments
-    config_file.write_text(yaml.safe_dump(config))
-
-
 @pytest.fixture(scope="module")
 def trained(demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
             torch_image: BuiltImage) -> Iterator[Pipeline]:
-    """The digits trained in the torch image by Horovod (``hvd``) and by DistributedDataParallel (``ddp``)."""
-    pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
-    torch_tree(pipeline, hvd={**TORCH, "distributed": "horovod"}, ddp={**TORCH, "distributed": "ddp"})
+    """The digits trained in the torch image by Horovod (``hvd``), by DistributedDataParallel (``ddp``), and the
+    user's own module of ``examples/torch-model`` (``mine``)."""
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "hvd": {**TORCH, "distributed": "horovod"}, "ddp": {**TORCH, "distributed": "ddp"},
+        "mine": {**TORCH, "model": {"code": "examples/torch-model", "build": "cnn:build", "params": {"filters": 8}}}})
     proc = pipeline.snakemake()
     assert proc.returncode == 0, proc.stderr[-5000:]
     yield pipeline
@@ -72,6 +65,17 @@ def test_pytorch_trains_with_horovod_and_ddp_to_one_model_evaluates_and_records_
     assert trained.processes() == []
 
 
+def test_a_users_own_torch_module_is_checked_trained_evaluated_and_recorded(trained: Pipeline) -> None:
+    check = trained.json("results/mine/model-check.json")
+    # two 3x3 convolutions of 8 filters on 1 channel, 8 x 8 x 8 flattened into 32 units, 10 logits
+    assert check["parameters"] == (8 * 9 + 8) + (8 * 8 * 9 + 8) + (512 * 32 + 32) + (32 * 10 + 10), check
+    assert check["input_shape"] == [1, 8, 8]
+    record = trained.json("results/mine/run.json")
+    assert record["user_code"]["build"] == "cnn:build" and record["user_code"]["files"], record["user_code"]
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    assert trained.json("results/mine/evaluation.json")["accuracy"] > 0.8
+
+
 def test_a_pytorch_run_is_rerun_bit_identically(trained: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
     into = user_tmp / "rerun-torch"
     proc = hpc_user.hvdflow("rerun", str(trained.root / "results/ddp/run.json"), "--into", str(into))
@@ -83,8 +87,8 @@ def test_a_pytorch_run_is_rerun_bit_identically(trained: Pipeline, hpc_user: Hpc
 def test_a_killed_pytorch_rank_and_a_stop_signal_resume_to_the_uninterrupted_weights(
         trained: Pipeline, demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     reference = trained.json("results/hvd/run.json")
-    killed = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
-    torch_tree(killed, hvd={**TORCH, "distributed": "horovod"})
+    killed = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "hvd": {**TORCH, "distributed": "horovod"}})
     proc = killed.snakemake("--retries", "1", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2.5:kill:once"})
     assert proc.returncode == 0, proc.stderr[-5000:]
     record = killed.json("results/hvd/run.json")
@@ -94,8 +98,8 @@ def test_a_killed_pytorch_rank_and_a_stop_signal_resume_to_the_uninterrupted_wei
     assert record["weights_sha256"] == reference["weights_sha256"] and record["history"] == reference["history"]
     assert killed.processes() == []
 
-    stopped = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
-    torch_tree(stopped, ddp={**TORCH, "distributed": "ddp"})
+    stopped = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "ddp": {**TORCH, "distributed": "ddp"}})
     proc = stopped.snakemake(extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:2.5:signal:once"})
     assert proc.returncode != 0
     assert "stopped on a signal after a checkpoint (exit status 75)" in proc.stdout + proc.stderr

@@ -233,6 +233,34 @@ def test_the_oldest_stack_trains_on_two_nodes_checked_and_deterministic(
     assert pipeline.processes_left() == []
 
 
+def test_pytorch_trains_on_two_nodes_with_horovod_and_ddp_and_horovods_weights_are_one_machines(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+        torch_image: BuiltImage) -> None:
+    # 4 PyTorch ranks on 2 nodes: Horovod's PyTorch API, and DDP started by hvdflow's rank tasks (rank 0's TCPStore
+    # published in the job's rendezvous server on the cluster network)
+    torch = {**CLUSTER_EXPERIMENT, "image": "hvdflow-torch-cpu", "framework": "pytorch"}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, prepared,
+                                   experiments={"hvd": {**torch, "distributed": "horovod"},
+                                                "ddp": {**torch, "distributed": "ddp"}})
+    proc = pipeline.snakemake("results/hvd/evaluation.json", "results/ddp/evaluation.json", profile="testbed")
+    assert proc.returncode == 0, proc.stderr[-8000:]
+    for mode in ("hvd", "ddp"):
+        record = pipeline.json(f"results/{mode}/run.json")
+        assert record["image"]["digest"] == torch_image.manifest_digest and record["slurm"]["job_id"]
+        assert [(r["rank"], r["hostname"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+        assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+        assert record["versions"]["distributed"] == {"hvd": "horovod", "ddp": "ddp"}[mode]
+        assert pipeline.json(f"results/{mode}/evaluation.json")["accuracy"] >= 0.85
+    # deterministic across placements: the same 4 Horovod ranks on one machine give the same weights
+    local = configured_pipeline(hpc_user, registry, udocker_dir, prepared,
+                                experiments={"hvd": {**torch, "distributed": "horovod", "nodes": 1}})
+    proc = local.snakemake("results/hvd/run.json")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert pipeline.json("results/hvd/run.json")["weights_sha256"] == local.json("results/hvd/run.json")["weights_sha256"]
+    assert not node_scratch_leftovers(cluster)
+    assert pipeline.processes_left() == [] and local.processes() == []
+
+
 def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
     # 5 ranks on 2 nodes of 4 CPUs: without a per-node maximum Slurm packs 4 + 1, and rank 3 has no GPU of its own

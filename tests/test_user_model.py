@@ -16,9 +16,9 @@ import pytest
 
 from conftest import HpcUser, Registry, _chown_tree
 from hvdflow.config.user_code import code_files, tree_sha256
+from hvdflow_trainer.tfrecord import read_records as records
 from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, read_table
 from test_user_reader import write_npy_folder
-from hvdflow_trainer.tfrecord import read_records as records
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 

@@ -3,8 +3,9 @@
 
 The train rule waits for it (a local rule: under Slurm it fails on the login node in seconds, not after queueing).
 It names a syntax error (file and line), a missing module or function, a signature that does not take the arguments,
-parameters the function does not accept, a value that is not a Keras model, an output shape that does not match the
-classes, and an op without a deterministic kernel; it writes what it built to ``--out``. A training script
+parameters the function does not accept, a value that is not a Keras model (or, with ``--framework pytorch``, a
+torch module), an output shape that does not match the classes, and an op without a deterministic kernel; it writes
+what it built to ``--out``. A training script
 (``--model-script``) is compiled, not run: a syntax error is named with its file and line.
 """
 
@@ -27,6 +28,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--no-op-determinism", action="store_true", help="the experiment's deterministic: false")
+    parser.add_argument("--framework", choices=("tensorflow", "pytorch"), default="tensorflow")
     user_code.add_options(parser)
     args = parser.parse_args(argv)
     user = user_code.user_model_of(args)
@@ -37,7 +39,10 @@ def main(argv: Optional[List[str]] = None) -> None:
             built = check_script(user.code, user.script)
         else:
             index = read_index(args.dataset)
-            from .keras.models import check_user_model  # the framework, once the options are read
+            if args.framework == "pytorch":  # the framework, once the options are read
+                from .pytorch.models import check_user_model
+            else:
+                from .keras.models import check_user_model
 
             built = check_user_model(user, index["feature_shape"], int(index["num_classes"]),  # type: ignore[arg-type,call-overload]
                                      index["task"] == "multi-label", args.seed, not args.no_op_determinism)

@@ -99,9 +99,11 @@ class TrainSpec:
                               f"(this experiment's framework is {self.framework}; leave distributed out for Horovod)")
         if self.framework != "pytorch":
             return
+        mine = self.model if isinstance(self.model, Mapping) else {}
         unsupported = [what for what, used in (
             (f"strategy {self.strategy}", self.strategy != "allreduce"), ("elastic", self.elastic is not None),
-            ("a training script (model.script)", isinstance(self.model, Mapping) and bool(self.model.get("script"))))
+            ("a training script (model.script)", bool(mine.get("script"))),
+            ("a loss or metrics of your own (model.loss, model.metrics)", bool(mine.get("loss") or mine.get("metrics"))))
             if used]
         if unsupported and self.distributed == "ddp":
             raise LaunchError(f"distributed ddp cannot run {', '.join(unsupported)}: PyTorch's DistributedDataParallel "

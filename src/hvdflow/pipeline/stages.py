@@ -200,13 +200,14 @@ def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[RankRes
 
 
 def check_user_model(runtime: Runtime, user: UserModel, dataset_dir: Path, out_file: Path, log: Path,
-                     timeout: Optional[float] = None, deterministic: bool = True) -> dict[str, object]:
+                     timeout: Optional[float] = None, deterministic: bool = True, framework: str = "tensorflow"
+                     ) -> dict[str, object]:
     """Build the user's model once in the image on the dataset's shape (:mod:`hvdflow_trainer.check_model`); what it
     built, written to ``out_file``. LaunchError with the error in the user's terms (file and line, function,
     arguments, output shape) where the code cannot train."""
     out_file.unlink(missing_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.check_model", "--dataset", str(dataset_dir), "--out", str(out_file),
-               *user.trainer_args()] + ([] if deterministic else ["--no-op-determinism"])
+               *user.trainer_args(), "--framework", framework] + ([] if deterministic else ["--no-op-determinism"])
     try:
         run_one(runtime, command, [user.code, dataset_dir, out_file.parent], log, timeout,
                 f"checking the model {user.entry} of {user.code}")

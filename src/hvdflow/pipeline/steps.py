@@ -241,7 +241,7 @@ def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Map
         built = check_user_model(runtime_for(profile, Path(input.image), Path(config["catalog"])), user,
                                  Path(input.index).parent.resolve(), Path(output.check).resolve(),
                                  Path(log[0]).resolve().with_suffix(".run.log"), profile.step_timeout,
-                                 spec.deterministic)
+                                 spec.deterministic, spec.framework)
         print(f"hvdflow: {user.entry} of {user.code}: {built['summary']}")
 
 

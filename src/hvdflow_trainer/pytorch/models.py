@@ -16,7 +16,7 @@ A user's own model (``--model user``) is a ``torch.nn.Module`` their build funct
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -110,6 +110,33 @@ def build_user_model(user: UserModelRef, shape: Tuple[int, ...], num_classes: in
         raise UserCodeError("%s returned a model whose output for a batch of 2 is %s; the dataset has %d classes, so "
                             "it needs shape (2, %d): one logit per class" % (user.build, found, num_classes, num_classes))
     return model
+
+
+def check_user_model(user: UserModelRef, feature_shape: Sequence[int], num_classes: int, multi_label: bool, seed: int,
+                     deterministic: bool = True) -> Dict[str, Any]:
+    """Build the user's module for the dataset and take one SGD step on two zero samples with the task's loss
+    (under torch's deterministic algorithms unless the experiment says ``deterministic: false``); what was built.
+    UserCodeError naming what fails, an op without a deterministic implementation included."""
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(deterministic)
+    shape = tensor_shape(feature_shape)
+    model = build_user_model(user, shape, num_classes, multi_label)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    y = torch.zeros((2, num_classes)) if multi_label else torch.zeros((2,), dtype=torch.int64)
+    try:
+        loss = loss_function(multi_label)(model(torch.zeros((2,) + shape)), y)
+        loss.backward()
+        optimizer.step()
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+        if "deterministic" in first:
+            raise UserCodeError("%s: an op of the model has no deterministic implementation: %s (set deterministic: "
+                                "false in the experiment to train it without deterministic algorithms)"
+                                % (user.build, first)) from None
+        raise UserCodeError("%s: a training step of the built model failed: %s" % (user.build, first)) from None
+    return {"build": user.build, "parameters": sum(p.numel() for p in model.parameters()),
+            "output_shape": [None, num_classes], "input_shape": list(shape), "num_classes": num_classes,
+            "multi_label": multi_label}
 
 
 def loss_function(multi_label: bool) -> nn.Module:
