@@ -5,11 +5,11 @@ HVDFLOW_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HVDFLOW_PYTHON=/usr/bin/python3   # Debian's interpreter: venvs made from it are usable by every user
 
 # Debian packages: udocker's engines, the registry and skopeo, image building (uidmap: without root, in a user
-# namespace), Open MPI, Horovod's build tools.
+# namespace), Open MPI, Horovod's build tools (patch: our patches to its sources).
 HVDFLOW_APT_PACKAGES=(
   python3 python3-venv python3-dev python3-pip ca-certificates curl binutils file git procps
   proot docker-registry skopeo mmdebstrap uidmap busybox-static
-  openmpi-bin libopenmpi-dev g++ make cmake libtalloc-dev pkg-config
+  openmpi-bin libopenmpi-dev g++ make cmake libtalloc-dev pkg-config patch
 )
 
 # The test bed's Slurm cluster (hvdflow testbed): munge, the Slurm daemons and client, slurmdbd with MariaDB.
