@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hvdflow.config.benchmark import MODELS, Measurement, benchmark_spec
+from hvdflow.config.benchmark import MODELS, Measurement, benchmark_spec, framework_of
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
@@ -44,10 +44,30 @@ def test_measurements_are_planned_repetition_by_repetition_and_allreduce_only_wi
     ({"runtimes": ["docker"]}, "benchmark.runtimes: 'docker' is not one of udocker, native"),
     ({"nodes": [4], "ranks": [2]}, "benchmark.nodes: every node count (4) exceeds every rank count (2)"),
     ({"image": ""}, "benchmark.image: name the catalogue's image"),
+    ({"frameworks": ["mxnet"]}, "benchmark.frameworks: 'mxnet' is not one of tensorflow, pytorch-horovod, pytorch-ddp"),
+    ({"frameworks": ["tensorflow", "pytorch-ddp"]},
+     "benchmark.torch_image: frameworks pytorch-ddp run in a catalogue image that holds torch: name it"),
 ])
 def test_bad_benchmark_keys_are_named(section: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], **section})
+
+
+def test_frameworks_are_compared_over_the_same_models_and_pytorchs_run_in_udocker_in_its_image() -> None:
+    spec = benchmark_spec({"image": "hvdflow-cpu", "torch_image": "hvdflow-torch-cpu", "models": ["mlp"], "ranks": [2],
+                           "runtimes": ["udocker", "native"], "repetitions": 1,
+                           "frameworks": ["tensorflow", "pytorch-horovod", "pytorch-ddp"]})
+    assert spec.kinds() == ["mlp", "allreduce", "torch-mlp", "torch-allreduce", "ddp-mlp", "ddp-allreduce"]
+    assert [m.name for m in spec.measurements()] == [
+        "mlp-r2-n1-udocker-0", "mlp-r2-n1-native-0", "allreduce-r2-n1-udocker-0", "allreduce-r2-n1-native-0",
+        "torch-mlp-r2-n1-udocker-0", "torch-allreduce-r2-n1-udocker-0", "ddp-mlp-r2-n1-udocker-0",
+        "ddp-allreduce-r2-n1-udocker-0"]
+    assert (spec.image_of("mlp"), spec.image_of("ddp-mlp")) == ("hvdflow-cpu", "hvdflow-torch-cpu")
+    assert framework_of("torch-allreduce") == ("pytorch-horovod", "allreduce") and framework_of("mlp") == ("tensorflow", "mlp")
+    assert spec.program_args("ddp-mlp")[:6] == ["--kind", "mlp", "--framework", "pytorch", "--distributed", "ddp"]
+    assert spec.program_args("torch-allreduce")[:6] == ["--kind", "allreduce", "--framework", "pytorch", "--distributed",
+                                                        "horovod"]
+    assert spec.program_args("mlp")[:2] == ["--kind", "mlp"] and "--framework" not in spec.program_args("mlp")
 
 
 def test_a_users_model_is_measured_under_its_own_name_on_the_data_shape_the_config_gives(
@@ -86,7 +106,7 @@ def _result(kind: str, ranks: int, runtime: str, rep: int, sps: float, first: fl
             launch: float = 3.0) -> dict[str, Any]:
     result: dict[str, Any] = {"measurement": {"kind": kind, "ranks": ranks, "nodes": 1, "runtime": runtime, "rep": rep},
                               "import_seconds": 2.0, "launch_to_import_seconds": launch}
-    if kind == "allreduce":
+    if kind.endswith("allreduce"):
         result["allreduce"] = [{"size_bytes": 1024, "bus_bandwidth_bytes_per_second": sps},
                                {"size_bytes": 2 ** 20, "bus_bandwidth_bytes_per_second": 10 * sps}]
         result["tcp"] = {"bytes_per_second": 20 * sps}
@@ -143,7 +163,26 @@ def test_summary_table_and_figures_are_written(tmp_path: Path) -> None:
     header, *body = (tmp_path / "table.csv").read_text().splitlines()
     assert header == "kind,ranks,nodes,runtime,metric,size_bytes,mean,ci95,n" and len(body) == len(read_rows(
         tmp_path / "summary.json"))
-    for name in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
+    for name in ("throughput", "efficiency", "runtime_ratio", "allreduce", "frameworks"):
         out = tmp_path / f"{name}.png"
         getattr(benchmark_plots, f"plot_{name}")(read_rows(tmp_path / "summary.json"), out)
         assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
+
+
+def test_the_frameworks_are_set_side_by_side_and_each_sweep_is_held_against_its_own_tcp(tmp_path: Path) -> None:
+    import json
+
+    results = RESULTS + [_result("torch-mlp", 2, "udocker", 0, 140.0, 6.0), _result("ddp-mlp", 2, "udocker", 0, 145.0, 5.0),
+                         _result("torch-allreduce", 2, "udocker", 0, 4e6, 0)]
+    files = []
+    for i, result in enumerate(results):
+        files.append(tmp_path / f"m{i}.json")
+        files[-1].write_text(json.dumps(result))
+    lines = summarize(files, tmp_path / "table.csv", tmp_path / "summary.json")
+    assert any(line.startswith("torch-allreduce/TCP, udocker, 2 ranks on 1 node(s): 0.500") for line in lines), lines
+    assert any(line.startswith("allreduce/TCP, udocker, 2 ranks on 1 node(s): 0.500") for line in lines), lines
+    # PyTorch ran in udocker only: no goal of udocker against native is judged on it
+    assert all("torch-" not in goal.where and "ddp-" not in goal.where for goal in goals(table_rows(results)))
+    out = tmp_path / "frameworks.png"
+    benchmark_plots.plot_frameworks(read_rows(tmp_path / "summary.json"), out)
+    assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000

@@ -65,6 +65,37 @@ def test_only_what_the_jobs_use_is_asked_for() -> None:
     assert _failed(GOOD, gpu) == {"horovod nccl": "training", "tensorflow CUDA": "training"}
 
 
+TORCH_IMAGE: dict[str, Any] = {
+    "python": "3.13.5",
+    "tensorflow": {"error": "ModuleNotFoundError: No module named 'tensorflow'"},
+    "torch": {"version": "2.6.0+debian", "cuda": None, "cuda_build": False, "torchvision": "0.21.0",
+              "distributed": {"gloo": True, "nccl": False, "mpi": False}},
+    "horovod": {"version": "0.28.1", "tensorflow_error": "ModuleNotFoundError: No module named 'tensorflow'",
+                "torch_built": {"gloo": True, "mpi": False, "nccl": False, "cuda": False, "rocm": False, "ddl": False,
+                                "ccl": False}},
+    "modules": {"numpy": {"version": "2.2.4"}},
+}
+"""What the probe says of hvdflow-torch-cpu (as `hvdflow image check` printed it)."""
+
+
+def test_pytorch_training_asks_for_torch_its_horovod_and_torch_distributed_not_tensorflow() -> None:
+    torch_train = needs_of(["train"], "gloo", False, [], "pytorch")
+    parts = judge(TORCH_IMAGE, torch_train)
+    assert all(p.ok for p in parts), parts
+    assert [p.name for p in parts] == ["python", "numpy", "torch", "torchvision", "horovod", "horovod.torch",
+                                       "horovod.torch gloo", "horovod.torch mpi", "horovod.torch nccl",
+                                       "torch.distributed gloo", "torch CUDA"]
+    # the reverse of each: a TensorFlow image asked to train PyTorch, the torch image asked to train Keras
+    assert refusal("hvdflow-cpu", judge(GOOD, torch_train)).startswith(
+        "image hvdflow-cpu cannot run these jobs: torch is missing")
+    assert _failed(TORCH_IMAGE, needs_of(["train"], "gloo", False, [])) == {
+        "tensorflow": "training", "tf.keras": "training", "horovod.tensorflow": "training"}
+    assert _failed(TORCH_IMAGE, needs_of(["train"], "mpi", False, [], "pytorch")) == {"horovod.torch mpi": "training"}
+    assert _failed(TORCH_IMAGE, needs_of(["train"], "gloo", True, [], "pytorch")) == {
+        "horovod.torch nccl": "training", "torch.distributed nccl": "training (distributed ddp)",
+        "torch CUDA": "training"}
+
+
 def test_the_host_knows_every_dataset_source_the_trainer_reads() -> None:
     from hvdflow.config.datasets import USER_READER
     from hvdflow_trainer.sources import SOURCES

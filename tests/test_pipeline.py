@@ -314,7 +314,7 @@ def test_the_benchmark_measures_udocker_against_native_and_reports_every_goal(de
     for goal in summary["goals"]:
         assert re.search(re.escape(goal["name"]) + r": [\d.]+ \(goal [<>]= [\d.]+\) (met|MISSED by [\d.]+ %)", log), log
     assert "allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log
-    for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
+    for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce", "frameworks"):
         assert (pipeline.root / f"results/benchmark/plots/{plot}.png").read_bytes().startswith(PNG)
     assert not list((pipeline.root / "results/benchmark/measurements").glob(".*")), "a work folder was left"
     assert pipeline.processes() == []

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 
 from conftest import HpcUser, Registry
 from hvdflow.images.build.image import BuiltImage
-from pipeline_run import Pipeline, configured_pipeline, processes_naming
+from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, processes_naming, read_table
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -23,11 +24,13 @@ TORCH = {"dataset": "digits", "image": "hvdflow-torch-cpu", "ranks": 2, "model":
 @pytest.fixture(scope="module")
 def trained(demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
             torch_image: BuiltImage) -> Iterator[Pipeline]:
-    """The digits trained in the torch image by Horovod (``hvd``), by DistributedDataParallel (``ddp``), and the
-    user's own module of ``examples/torch-model`` (``mine``)."""
+    """The digits trained in the torch image by Horovod (``hvd``), by DistributedDataParallel (``ddp``), the user's
+    own module of ``examples/torch-model`` (``mine``) and the user's own loop ``train_digits_torch.py`` (``loop``)."""
     pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
         "hvd": {**TORCH, "distributed": "horovod"}, "ddp": {**TORCH, "distributed": "ddp"},
-        "mine": {**TORCH, "model": {"code": "examples/torch-model", "build": "cnn:build", "params": {"filters": 8}}}})
+        "mine": {**TORCH, "model": {"code": "examples/torch-model", "build": "cnn:build", "params": {"filters": 8}}},
+        "loop": {**TORCH, "distributed": "ddp",
+                 "model": {"code": "examples/training-script", "script": "train_digits_torch.py", "params": {"hidden": 32}}}})
     proc = pipeline.snakemake()
     assert proc.returncode == 0, proc.stderr[-5000:]
     yield pipeline
@@ -76,6 +79,16 @@ def test_a_users_own_torch_module_is_checked_trained_evaluated_and_recorded(trai
     assert trained.json("results/mine/evaluation.json")["accuracy"] > 0.8
 
 
+def test_a_users_own_torch_training_loop_trains_under_ddp_and_its_traced_model_is_evaluated(trained: Pipeline) -> None:
+    record = trained.json("results/loop/run.json")
+    assert record["user_code"]["script"] == "train_digits_torch.py" and record["versions"]["distributed"] == "ddp"
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    history = (trained.root / "results/loop/history.csv").read_text().splitlines()
+    assert history[0] == "epoch,accuracy,loss,val_accuracy,val_loss" and len(history) == 1 + TORCH["epochs"]
+    # the script's module was saved as TorchScript: evaluation ran it without the script's code
+    assert trained.json("results/loop/evaluation.json")["accuracy"] > 0.8
+
+
 def test_a_pytorch_run_is_rerun_bit_identically(trained: Pipeline, hpc_user: HpcUser, user_tmp: Path) -> None:
     into = user_tmp / "rerun-torch"
     proc = hpc_user.hvdflow("rerun", str(trained.root / "results/ddp/run.json"), "--into", str(into))
@@ -115,3 +128,52 @@ def test_a_killed_pytorch_rank_and_a_stop_signal_resume_to_the_uninterrupted_wei
     record = stopped.json("results/ddp/run.json")
     assert record["weights_sha256"] == reference["weights_sha256"] and record["history"] == reference["history"]
     assert stopped.processes() == []
+
+
+def test_the_image_check_refuses_a_framework_the_image_does_not_hold_naming_it(
+        trained: Pipeline, demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    # catalogue entries that claim what their images lack: hvdflow-cpu's image said to hold torch, and the torch image
+    # said to hold TensorFlow; the config trusts the catalogue, the pull's image check does not
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "claims-torch": {**TORCH, "image": "tf-as-torch"},
+        "claims-tf": {**TORCH, "image": "torch-as-tf", "framework": "tensorflow"}})
+    catalog_file = pipeline.root / "containers" / "catalog.yaml"
+    catalog = yaml.safe_load(catalog_file.read_text())
+    images = catalog["images"]
+    images["tf-as-torch"] = {**images["hvdflow-cpu"], "torch": "2.6.0", "purposes": ["train"]}
+    images["torch-as-tf"] = {**images["hvdflow-torch-cpu"], "tensorflow": "2.15.1", "purposes": ["train"]}
+    for name in ("tf-as-torch", "torch-as-tf"):
+        del images[name]["recipe"]
+    catalog_file.write_text(yaml.safe_dump(catalog))
+    proc = pipeline.snakemake("--keep-going")
+    assert proc.returncode != 0
+    output = proc.stdout + proc.stderr
+    assert "image tf-as-torch cannot run these jobs: torch is " in output, output[-5000:]
+    assert "image torch-as-tf cannot run these jobs: tensorflow is " in output, output[-5000:]
+    for name in ("claims-torch", "claims-tf"):
+        assert not (pipeline.root / "results" / name).exists(), name
+    assert pipeline.processes() == []
+
+
+def test_the_benchmark_compares_keras_pytorch_with_horovod_and_ddp_on_the_same_model(
+        trained: Pipeline, demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    # the same MLP on the same synthetic digits batch, 1 and 2 ranks, in the three frameworks (a small smoke)
+    pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, trained, torch_image="hvdflow-torch-cpu",
+                                  frameworks=["tensorflow", "pytorch-horovod", "pytorch-ddp"], steps=10)
+    proc = pipeline.snakemake("benchmark")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    table = read_table(pipeline)
+    for kind in ("mlp", "torch-mlp", "ddp-mlp"):
+        for ranks in (1, 2):
+            assert float(table[(kind, ranks, 1, "udocker", "samples_per_second", 0)]["mean"]) > 0, (kind, ranks)
+            assert float(table[(kind, ranks, 1, "udocker", "seconds_to_first_step", 0)]["mean"]) > 0
+        assert float(table[(kind, 2, 1, "udocker", "efficiency", 0)]["mean"]) > 0
+    for kind in ("allreduce", "torch-allreduce", "ddp-allreduce"):
+        assert float(table[(kind, 2, 1, "udocker", "bus_bandwidth_bytes_per_second", 1024 * 1024)]["mean"]) > 0
+    measured = pipeline.json("results/benchmark/measurements/ddp-mlp-r2-n1-udocker-0.json")
+    assert (measured["distributed"], measured["torch"][:5]) == ("ddp", "2.6.0")
+    log = (pipeline.root / "logs/benchmark_summary.log").read_text()
+    assert "torch-allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log and "ddp-allreduce/TCP" in log
+    figure = pipeline.root / "results/benchmark/plots/frameworks.png"
+    assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size > 10_000
+    assert pipeline.processes() == []

@@ -151,6 +151,8 @@ def parse_time_error(tree: Path, profile: str, monkeypatch: pytest.MonkeyPatch) 
     (lambda c: c["experiments"]["demo"].update(framework="pytorch", image="hvdflow-torch-cpu", strategy="neighbour"),
      "framework pytorch does not run strategy neighbour yet in hvdflow"),
     (lambda c: c["experiments"]["demo"].update(framework="keras"), "'keras' is not one of ['tensorflow', 'pytorch']"),
+    (lambda c: c["benchmark"].update(frameworks=["pytorch-ddp"], torch_image="hvdflow-cpu"),
+     "benchmark.torch_image: 'hvdflow-cpu' holds no pytorch (framework pytorch trains in hvdflow-torch-cpu)"),
 ])
 def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str,  # type: ignore[no-untyped-def]
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -195,7 +197,7 @@ def test_the_benchmark_target_plans_every_measurement_then_the_table_and_figures
     # per repetition and runtime: the model at each rank count, and the allreduce sweep at 2 ranks
     expected = config["repetitions"] * len(config["runtimes"]) * (len(config["ranks"]) + 1)
     assert ["benchmark_measure", str(expected)] in [line.split() for line in jobs.splitlines()], jobs[-3000:]
-    for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce"):
+    for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce", "frameworks"):
         assert f"results/benchmark/plots/{plot}.png" in jobs
 
 

@@ -4,7 +4,8 @@ bandwidth against message size with the raw TCP bandwidth between two of the sam
 Every rank runs this module (``python3 -m hvdflow_trainer.benchmark``) as the launcher starts it, in the container or
 the native venv, and writes ``rank-<r>.json`` into ``--out``: rank 0's holds the measurement. The times it reports:
 
-- ``import_seconds``: importing TensorFlow and Horovod's Keras API in this process (the slowest rank);
+- ``import_seconds``: importing the framework and Horovod's API for it (TensorFlow and Horovod's Keras API, or torch
+  and ``horovod.torch``, or torch and ``torch.distributed``) in this process (the slowest rank);
 - ``launch_to_import_seconds``: from the launcher's start of the ranks (``--launched``, Unix time) to the end of those
   imports: what the runtime adds to starting a rank (udocker's Python, proot) counts here;
 - ``seconds_to_first_step``: from the launcher's start to the end of the first training step (the slowest rank);
@@ -13,7 +14,8 @@ the native venv, and writes ``rank-<r>.json`` into ``--out``: rank 0's holds the
 The data are one synthetic batch of the real shape of the data the model is made for (:data:`SHAPES`), fixed by the
 seed and repeated: no dataset and no input pipeline are measured, only the model, the optimizer and Horovod.
 
-This module is the entry point and the framework-neutral part; the measurements are :mod:`hvdflow_trainer.keras.benchmark`.
+This module is the entry point and the framework-neutral part (the raw TCP bandwidth included); the measurements are
+:mod:`hvdflow_trainer.keras.benchmark` or, with ``--framework pytorch``, :mod:`hvdflow_trainer.pytorch.benchmark`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import fcntl
 import os
 import socket
 import struct
-from typing import Dict, List, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hvdflow_index import write_json
 
@@ -67,6 +70,47 @@ def interface_address(interface: str) -> str:
         probe.close()
 
 
+def tcp_bandwidth(rank: int, size: int, broadcast_object: Callable[[Any, int], Any],
+                  allgather_object: Callable[[Any], List[Any]]) -> Dict[str, object]:
+    """Stream TCP_BYTES over one plain TCP connection from rank 0 to the last rank (on another node when the ranks
+    span nodes), on the interface Gloo uses; bytes/s, the slower side's view. ``broadcast_object(obj, root)`` and
+    ``allgather_object(obj)`` are the framework's (every rank calls this)."""
+    last = size - 1
+    server = None
+    address = None
+    if rank == last:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.bind(("0.0.0.0", 0))
+        server.listen(1)
+        address = (interface_address(os.environ.get("HOROVOD_GLOO_IFACE", "lo")), server.getsockname()[1])
+    address = broadcast_object(address, last)
+    seconds = 0.0
+    if rank == last:
+        connection, _ = server.accept()  # type: ignore[union-attr]
+        received, start = 0, time.perf_counter()
+        while received < TCP_BYTES:
+            chunk = connection.recv(TCP_CHUNK)
+            if not chunk:
+                raise RuntimeError("the TCP benchmark's sender closed after %d of %d bytes" % (received, TCP_BYTES))
+            received += len(chunk)
+        seconds = time.perf_counter() - start
+        connection.sendall(b"k")
+        connection.close()
+        server.close()  # type: ignore[union-attr]
+    elif rank == 0:
+        sender = socket.create_connection(tuple(address), timeout=120)  # type: ignore[arg-type]
+        buffer = b"\0" * TCP_CHUNK
+        start = time.perf_counter()
+        for _ in range(TCP_BYTES // TCP_CHUNK):
+            sender.sendall(buffer)
+        sender.recv(1)
+        seconds = time.perf_counter() - start
+        sender.close()
+    times = allgather_object(seconds)
+    return {"bytes": TCP_BYTES, "seconds": max(times), "bytes_per_second": TCP_BYTES / max(times),
+            "from": "rank 0", "to": "rank %d" % last, "address": list(address)}  # type: ignore[arg-type]
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Command-line entry point of every rank."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -86,8 +130,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--sizes-kib", type=int, nargs="+", default=[1, 64, 1024, 16384, 65536])
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow's intra-op threads: the rank's cores")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--framework", choices=("tensorflow", "pytorch"), default="tensorflow")
+    parser.add_argument("--distributed", choices=("horovod", "ddp"), default="horovod", help="pytorch: Horovod or DDP")
     args = parser.parse_args(argv)
-    from .keras.benchmark import run  # the framework's folder: it times its own imports
+    if args.framework == "pytorch":  # the framework's folder: it times its own imports
+        from .pytorch.benchmark import run
+    else:
+        from .keras.benchmark import run  # type: ignore[no-redef]
 
     result = run(args)
     write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)

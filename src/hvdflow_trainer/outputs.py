@@ -1,14 +1,22 @@
-"""What a finished run leaves beside its model, whatever framework trained it: the weights' hash, ``history.csv`` and
-``metrics.json``."""
+"""What a finished run leaves beside its model, whatever framework trained it: the weights' hash, ``history.csv``,
+``metrics.json`` and the common part of every rank's result."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
-from typing import Dict, List
+import os
+import socket
+import sys
+from typing import Any, Dict, List
 
 from hvdflow_wire.metrics import TrainingMetrics
+from hvdflow_wire.rank import RankResult
 from hvdflow_wire.replace import replaced
+
+from .machine import cpu_facts, nvidia_driver
+from .run_control import Position
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
@@ -17,6 +25,21 @@ def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
     for array in weights:
         sha.update(array.tobytes())
     return sha.hexdigest()
+
+
+def rank_result(args: argparse.Namespace, position: Position, start: Position, layout: Any, gpus: List[Dict[str, object]],
+                **framework: Any) -> RankResult:
+    """This rank's result: what every framework's rank knows alike (host, CPUs, threads, machine, the run's position
+    and layout, Python's version) and ``framework``'s own fields (placement, controller, numerics, weights, timings,
+    versions). ``layout`` has ``train_per_rank``, ``steps_per_epoch`` and ``sharding``."""
+    return RankResult(
+        hostname=socket.gethostname(), strategy=args.strategy, threads=args.threads,
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), cpus=sorted(os.sched_getaffinity(0)),
+        elastic_worker=os.environ.get("HVDFLOW_ELASTIC_WORKER"), horovod_hostname=os.environ.get("HOROVOD_HOSTNAME"),
+        machine={"cpu": cpu_facts(), "gpus": gpus, "nvidia_driver": nvidia_driver()},
+        epochs_done=position.epoch, resumed_from={"epoch": start.epoch, "step": start.step},
+        train_records_per_rank=layout.train_per_rank, steps_per_epoch=layout.steps_per_epoch,
+        input_sharding=layout.sharding, python="%d.%d.%d" % tuple(sys.version_info[:3]), **framework)
 
 
 def write_history(path: str, history: List[Dict[str, float]]) -> None:

@@ -14,7 +14,7 @@ import inspect
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, NamedTuple, NoReturn, Optional
+from typing import Any, Callable, Dict, NamedTuple, NoReturn, Optional, Tuple
 
 from hvdflow_wire.user_code import USER_CODE_ERROR, USER_CODE_EXIT
 
@@ -106,6 +106,22 @@ def call(function: Callable[..., Any], ref: str, code: str, **arguments: Any) ->
         raise
     except Exception as exc:
         raise UserCodeError("%s raised %s: %s%s" % (ref, type(exc).__name__, exc, user_frame(exc, code))) from None
+
+
+BUILD_ARGUMENTS = ("input_shape", "num_classes", "multi_label")
+"""What hvdflow passes every build function, beside the experiment's ``params``."""
+
+
+def built_by_user(user: UserModelRef, shape: Tuple[int, ...], num_classes: int, multi_label: bool) -> Any:
+    """What the user's build function returns for the dataset (``params`` naming hvdflow's own arguments refused);
+    the framework checks that it is a model of its kind. UserCodeError naming what is wrong."""
+    clash = sorted(set(user.params) & set(BUILD_ARGUMENTS))
+    if clash:
+        raise UserCodeError("%s: params %s are given by hvdflow (the dataset's %s); leave them out of params"
+                            % (user.build, ", ".join(clash), ", ".join(BUILD_ARGUMENTS)))
+    build = load_function(user.code, user.build)
+    return call(build, user.build, user.code, input_shape=shape, num_classes=num_classes, multi_label=multi_label,
+                **user.params)
 
 
 def user_frame(exc: BaseException, code: str) -> str:

@@ -1,6 +1,6 @@
 # The benchmark (config `benchmark:`): `snakemake --profile profiles/<cluster> benchmark`. One job per measurement
-# (a model's throughput, or the allreduce sweep with raw TCP, for one rank and node count in one runtime, once per
-# repetition), then the table, the goals and the figures in the report.
+# (a model's throughput, or the allreduce sweep with raw TCP, in one framework, for one rank and node count in one
+# runtime, once per repetition), then the table, the goals and the figures in the report.
 
 
 rule benchmark:
@@ -12,7 +12,9 @@ rule benchmark:
 
 rule benchmark_measure:
     input:
-        image=lambda wildcards: get_image_record(benchmark_spec_or_error().image),
+        image=lambda wildcards: get_image_record(
+            benchmark_spec_or_error().image_of(wildcards.kind)
+        ),
     output:
         measurement="results/benchmark/measurements/{kind}-r{ranks}-n{nodes}-{runtime}-{rep}.json",
     log:

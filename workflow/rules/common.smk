@@ -1,6 +1,6 @@
 # the Snakefile has put this workflow's src/ first on sys.path (one source of code)
 from hvdflow.pipeline import steps  # noqa: E402
-from hvdflow.config.benchmark import ALLREDUCE, MODELS  # noqa: E402
+from hvdflow.config.benchmark import ALLREDUCE, MODELS, framework_of  # noqa: E402
 from hvdflow.config.parse_time import check_workflow_config  # noqa: E402
 from hvdflow.config.datasets import input_paths, source_name, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
@@ -21,12 +21,14 @@ PROFILE, CATALOG, BENCHMARK = _CHECKED.profile, _CHECKED.catalog, _CHECKED.bench
 # Ctrl-C reaches the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they checkpoint
 supervise.watch_interrupts()
 
-BENCHMARK_KINDS = (
-    list(MODELS)
-    + ([] if BENCHMARK is None else list(BENCHMARK.user_models))
-    + [ALLREDUCE]
-)
-BENCHMARK_PLOTS = ["throughput", "efficiency", "runtime_ratio", "allreduce"]
+BENCHMARK_KINDS = list(MODELS) + [ALLREDUCE] if BENCHMARK is None else BENCHMARK.kinds()
+BENCHMARK_PLOTS = [
+    "throughput",
+    "efficiency",
+    "runtime_ratio",
+    "allreduce",
+    "frameworks",
+]
 
 
 wildcard_constraints:
@@ -73,9 +75,13 @@ def image_needs(image):
             if entry["image"] == image
         }
         | (
-            {"tensorflow"}
-            if BENCHMARK is not None and BENCHMARK.image == image
-            else set()
+            set()
+            if BENCHMARK is None
+            else {
+                "tensorflow" if framework_of(kind)[0] == "tensorflow" else "pytorch"
+                for kind in BENCHMARK.kinds()
+                if BENCHMARK.image_of(kind) == image
+            }
         )
     )
     return {

@@ -19,8 +19,20 @@ from hvdflow.errors import ConfigError
 MODELS = ("mlp", "small-cnn", "resnet50")
 """The models ``hvdflow_trainer.keras.models`` builds (the seam forbids importing it; a test compares the two)."""
 ALLREDUCE = "allreduce"
+FRAMEWORKS = {"tensorflow": "", "pytorch-horovod": "torch-", "pytorch-ddp": "ddp-"}
+"""The frameworks the benchmark compares, and the prefix of their measurements' kinds: TensorFlow/Keras with Horovod
+(``mlp``, ``allreduce``), PyTorch with Horovod (``torch-mlp``, ``torch-allreduce``), PyTorch's
+DistributedDataParallel (``ddp-mlp``, ``ddp-allreduce``)."""
 NAME_PATTERN = rf"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>{'|'.join(RUNTIMES)})-(?P<rep>\d+)"
 """How a measurement's name reads back (:attr:`Measurement.name`)."""
+
+
+def framework_of(kind: str) -> tuple[str, str]:
+    """``(framework, model or allreduce)`` of a measurement's ``kind`` (its prefix, :data:`FRAMEWORKS`)."""
+    for framework, prefix in FRAMEWORKS.items():
+        if prefix and kind.startswith(prefix):
+            return framework, kind[len(prefix):]
+    return "tensorflow", kind
 
 
 @dataclass(frozen=True)
@@ -73,15 +85,38 @@ class BenchmarkSpec:
     allreduce: bool
     allreduce_sizes_kib: tuple[int, ...]
     user_models: Mapping[str, BenchmarkedUserModel] = field(default_factory=dict)
+    frameworks: tuple[str, ...] = ("tensorflow",)
+    torch_image: str = ""
+    """The catalogue's image the PyTorch measurements run in (``image`` runs TensorFlow's)."""
+
+    def framework_kinds(self, framework: str) -> list[str]:
+        """The measurements' kinds of ``framework``: its prefix on the built-in models (and, for TensorFlow, the
+        user's Keras models) and on the allreduce sweep."""
+        models = [m for m in self.models if framework == "tensorflow" or m in MODELS]
+        return [FRAMEWORKS[framework] + kind for kind in models + ([ALLREDUCE] if self.allreduce else [])]
+
+    def kinds(self) -> list[str]:
+        """Every kind the benchmark measures, framework by framework."""
+        return [kind for framework in self.frameworks for kind in self.framework_kinds(framework)]
+
+    def image_of(self, kind: str) -> str:
+        """The catalogue's image ``kind`` runs in."""
+        return self.image if framework_of(kind)[0] == "tensorflow" else self.torch_image
 
     def measurements(self) -> list[Measurement]:
         """Every launch, listed repetition by repetition with the runtimes side by side within one (Snakemake picks
         the order they run in; on one machine one at a time); the allreduce sweep needs at least 2 ranks."""
-        kinds = list(self.models) + ([ALLREDUCE] if self.allreduce else [])
         return [Measurement(kind, ranks, nodes, runtime, rep)
-                for rep in range(self.repetitions) for kind in kinds for ranks in self.ranks for nodes in self.nodes
-                for runtime in self.runtimes
-                if nodes <= ranks and not (kind == ALLREDUCE and ranks < 2)]
+                for rep in range(self.repetitions) for kind in self.kinds() for ranks in self.ranks
+                for nodes in self.nodes for runtime in self.runtimes_of(kind)
+                if nodes <= ranks and not (framework_of(kind)[1] == ALLREDUCE and ranks < 2)]
+
+    def runtimes_of(self, kind: str) -> tuple[str, ...]:
+        """The runtimes ``kind`` is measured in: PyTorch's in udocker only (the native runtime is a venv of the
+        host's Python with the image's pinned wheels, and PyTorch's image is Debian 13's Python and torch)."""
+        if framework_of(kind)[0] == "tensorflow":
+            return self.runtimes
+        return tuple(r for r in self.runtimes if r == "udocker")
 
     def layouts(self) -> list[tuple[int, int]]:
         """Every (ranks, nodes) the measurements use: each must fit the profile's cluster
@@ -90,10 +125,12 @@ class BenchmarkSpec:
 
     def program_args(self, kind: str) -> list[str]:
         """The benchmark program's options for ``kind`` (the launcher adds ``--out``, ``--launched``, ``--threads``)."""
+        framework, kind = framework_of(kind)
+        torch = [] if framework == "tensorflow" else ["--framework", "pytorch", "--distributed", framework.split("-")[1]]
         if kind == ALLREDUCE:
-            return ["--kind", kind, "--sizes-kib", *(str(s) for s in self.allreduce_sizes_kib)]
+            return ["--kind", kind, *torch, "--sizes-kib", *(str(s) for s in self.allreduce_sizes_kib)]
         model = self.user_models[kind].program_args() if kind in self.user_models else ["--kind", kind]
-        return [*model, "--batch-size", str(self.batch_size), "--hidden-units", str(self.hidden_units),
+        return [*model, *torch, "--batch-size", str(self.batch_size), "--hidden-units", str(self.hidden_units),
                 "--warmup-steps", str(self.warmup_steps), "--steps", str(self.steps)]
 
     def read_paths(self, kind: str) -> list[Path]:
@@ -132,9 +169,12 @@ def _user_models(section: Mapping[str, Any]) -> dict[str, BenchmarkedUserModel]:
     found = {}
     for name, entry in (section.get("user_models") or {}).items():
         where = f"benchmark.user_models.{name}"
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(name)) or name in (*MODELS, ALLREDUCE, USER_MODEL):
+        prefixes = tuple(p for p in FRAMEWORKS.values() if p)
+        if (not re.fullmatch(r"[a-z0-9][a-z0-9-]*", str(name)) or name in (*MODELS, ALLREDUCE, USER_MODEL)
+                or str(name).startswith(prefixes)):
             raise ConfigError(f"{where}: name it in lower-case letters, digits and '-', other than "
-                              f"{', '.join((*MODELS, ALLREDUCE, USER_MODEL))} (it names the measurement's files)")
+                              f"{', '.join((*MODELS, ALLREDUCE, USER_MODEL))} and not starting with "
+                              f"{' or '.join(prefixes)} (it names the measurement's files)")
         model = UserModel.from_config(where, {key: entry[key] for key in ("code", "build", "params") if key in entry},
                                       Path.cwd())
         shape = tuple(int(n) for n in entry["input_shape"])
@@ -161,7 +201,12 @@ def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
         allreduce_sizes_kib=_ints("allreduce_sizes_kib", section.get("allreduce_sizes_kib", [1, 64, 1024, 16384, 65536]),
                                   1),
         user_models=user_models,
+        frameworks=_names("frameworks", section.get("frameworks", ["tensorflow"]), tuple(FRAMEWORKS)),
+        torch_image=str(section.get("torch_image", "")),
     )
+    if spec.torch_image == "" and spec.frameworks != ("tensorflow",):
+        raise ConfigError(f"benchmark.torch_image: frameworks {', '.join(f for f in spec.frameworks if f != 'tensorflow')} "
+                          "run in a catalogue image that holds torch: name it (hvdflow-torch-cpu)")
     if not spec.image:
         raise ConfigError("benchmark.image: name the catalogue's image the benchmark runs in")
     if min(spec.nodes) > max(spec.ranks):

@@ -111,9 +111,16 @@ def checked_benchmark(config: Mapping[str, Any], profile: ClusterProfile,
     spec = benchmark_spec(config["benchmark"])
     for ranks, nodes in spec.layouts():
         check_layout(f"benchmark.ranks {ranks} on benchmark.nodes {nodes}", ranks, nodes, profile.slurm, profile.path)
-    if spec.image not in catalog or "train" not in catalog[spec.image].purposes:
-        raise ConfigError(
-            f"benchmark.image: {spec.image!r} is not an image of the catalogue {config['catalog']} that trains "
-            f"({', '.join(sorted(n for n, i in catalog.items() if 'train' in i.purposes))})"
-        )
+    for key, image, framework, used in (("image", spec.image, "tensorflow", "tensorflow" in spec.frameworks),
+                                        ("torch_image", spec.torch_image, "pytorch", spec.frameworks != ("tensorflow",))):
+        if not used:
+            continue
+        holding = sorted(n for n, i in catalog.items() if "train" in i.purposes
+                         and image_framework_version(i, framework) != "none")
+        if image not in catalog or "train" not in catalog[image].purposes:
+            raise ConfigError(f"benchmark.{key}: {image!r} is not an image of the catalogue {config['catalog']} that "
+                              f"trains ({', '.join(sorted(n for n, i in catalog.items() if 'train' in i.purposes))})")
+        if image not in holding:
+            raise ConfigError(f"benchmark.{key}: {image!r} holds no {framework} (framework {framework} trains in "
+                              f"{', '.join(holding) or 'none of the catalogue'})")
     return spec

@@ -99,18 +99,17 @@ class TrainSpec:
                               f"(this experiment's framework is {self.framework}; leave distributed out for Horovod)")
         if self.framework != "pytorch":
             return
-        mine = self.model if isinstance(self.model, Mapping) else {}
-        unsupported = [what for what, used in (
-            (f"strategy {self.strategy}", self.strategy != "allreduce"), ("elastic", self.elastic is not None),
-            ("a training script (model.script)", bool(mine.get("script"))),
-            ("a loss or metrics of your own (model.loss, model.metrics)", bool(mine.get("loss") or mine.get("metrics"))))
-            if used]
+        unsupported = [what for what, used in ((f"strategy {self.strategy}", self.strategy != "allreduce"),
+                                              ("elastic", self.elastic is not None)) if used]
         if unsupported and self.distributed == "ddp":
             raise LaunchError(f"distributed ddp cannot run {', '.join(unsupported)}: PyTorch's DistributedDataParallel "
                               "has no elastic membership or neighbour averaging (use distributed horovod)")
+        mine = self.model if isinstance(self.model, Mapping) else {}
+        if mine.get("loss") or mine.get("metrics"):
+            unsupported.append("a loss or metrics of your own (model.loss, model.metrics)")
         if unsupported:
             raise LaunchError(f"framework pytorch does not run {', '.join(unsupported)} yet in hvdflow: its PyTorch "
-                              "trainer is fixed-size allreduce over hvdflow's loop (use framework tensorflow for it)")
+                              "trainer is fixed-size allreduce with the task's loss (use framework tensorflow for it)")
 
     def _check_elastic(self) -> None:
         low, high = self.min_ranks, self.max_ranks

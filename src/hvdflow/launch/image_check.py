@@ -142,19 +142,20 @@ def _torch_parts(facts: dict[str, Any], needs: Needs) -> list[Part]:
     if "version" in hvd:
         parts.append(Part("horovod.torch", "imports" if built is not None else hvd.get("torch_error", "?"), "imports",
                           built is not None, "training"))
-    for controller in ([needs.launcher] if needs.launcher else []) + (["nccl"] if needs.gpu else []):
-        if built is not None:
-            have = bool(built.get(controller))
-            parts.append(Part(f"horovod.torch {controller}", "built" if have else "not built", "built", have, "training"))
+    required = {needs.launcher, "nccl" if needs.gpu else None}
+    for controller in ("gloo", "mpi", "nccl") if built is not None else ():  # every one said; the needed ones judged
+        have = bool(built.get(controller))
+        parts.append(Part(f"horovod.torch {controller}", "built" if have else "not built",
+                          "built" if controller in required else "any", have or controller not in required, "training"))
     if "version" in torch:
         dist = torch.get("distributed", {})
         backend = "nccl" if needs.gpu else "gloo"
         parts.append(Part(f"torch.distributed {backend}", "available" if dist.get(backend) else
                           torch.get("distributed_error", "not built"), "available", bool(dist.get(backend)),
                           "training (distributed ddp)"))
-    if needs.gpu:
         parts.append(Part("torch CUDA", f"cuda {torch.get('cuda')}" if torch.get("cuda_build") else "CPU-only build",
-                          "a CUDA build", bool(torch.get("cuda_build")), "training"))
+                          "a CUDA build" if needs.gpu else "any", bool(torch.get("cuda_build")) or not needs.gpu,
+                          "training"))
     return parts
 
 

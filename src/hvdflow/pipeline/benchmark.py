@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from hvdflow.config.benchmark import ALLREDUCE, BenchmarkSpec, Measurement
+from hvdflow.config.benchmark import ALLREDUCE, BenchmarkSpec, Measurement, framework_of
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic, write_text_atomic
@@ -98,7 +98,7 @@ def _samples(results: Iterable[dict[str, Any]]) -> dict[tuple[str, int, int, str
         where = (m["kind"], m["ranks"], m["nodes"], m["runtime"])
         for metric in ("import_seconds", "launch_to_import_seconds"):
             groups[(*where, metric, 0)].append(float(result[metric]))
-        if m["kind"] == ALLREDUCE:
+        if framework_of(m["kind"])[1] == ALLREDUCE:
             for row in result["allreduce"]:
                 groups[(*where, "bus_bandwidth_bytes_per_second", int(row["size_bytes"]))].append(
                     float(row["bus_bandwidth_bytes_per_second"]))
@@ -174,14 +174,15 @@ def goals(rows: list[Row]) -> list[Goal]:
 
 
 def allreduce_against_tcp(rows: list[Row]) -> list[str]:
-    """Per runtime and layout: the largest message's allreduce bus bandwidth as a fraction of raw TCP's."""
+    """Per framework's sweep, runtime and layout: the largest message's allreduce bus bandwidth as a fraction of raw
+    TCP's."""
     lines = []
     for tcp in [r for r in rows if r.metric == "tcp_bytes_per_second"]:
         sweep = [r for r in rows if r.metric == "bus_bandwidth_bytes_per_second"
-                 and (r.ranks, r.nodes, r.runtime) == (tcp.ranks, tcp.nodes, tcp.runtime)]
+                 and (r.kind, r.ranks, r.nodes, r.runtime) == (tcp.kind, tcp.ranks, tcp.nodes, tcp.runtime)]
         if sweep and tcp.mean > 0:
             largest = max(sweep, key=lambda r: r.size_bytes)
-            lines.append(f"allreduce/TCP, {tcp.runtime}, {tcp.ranks} ranks on {tcp.nodes} node(s): "
+            lines.append(f"{tcp.kind}/TCP, {tcp.runtime}, {tcp.ranks} ranks on {tcp.nodes} node(s): "
                          f"{largest.mean / tcp.mean:.3f} ({largest.mean / 1e6:.0f} MB/s bus at "
                          f"{largest.size_bytes // 1024} KiB, TCP {tcp.mean / 1e6:.0f} MB/s)")
     return lines

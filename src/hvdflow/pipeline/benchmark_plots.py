@@ -1,10 +1,12 @@
 """The benchmark's figures in the report: throughput and scaling efficiency against ranks, udocker against native,
-and allreduce bus bandwidth against message size beside raw TCP's, all from the summary's rows."""
+allreduce bus bandwidth against message size beside raw TCP's, and the frameworks side by side, all from the
+summary's rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from hvdflow.config.benchmark import FRAMEWORKS, framework_of
 from hvdflow.pipeline.benchmark import Row
 from hvdflow.pipeline.plots import plt, save
 
@@ -83,16 +85,16 @@ def plot_runtime_ratio(rows: list[Row], out: Path) -> None:
 def plot_allreduce(rows: list[Row], out: Path) -> None:
     """Allreduce bus bandwidth against message size (log-log), per runtime and layout, with raw TCP's as a line."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    sweeps: dict[tuple[str, int, int], list[Row]] = {}
+    sweeps: dict[tuple[str, str, int, int], list[Row]] = {}
     for row in sorted((r for r in rows if r.metric == "bus_bandwidth_bytes_per_second"), key=lambda r: r.size_bytes):
-        sweeps.setdefault((row.runtime, row.ranks, row.nodes), []).append(row)
-    for (runtime, ranks, nodes), points in sweeps.items():
+        sweeps.setdefault((row.kind, row.runtime, row.ranks, row.nodes), []).append(row)
+    for (kind, runtime, ranks, nodes), points in sweeps.items():
         line = ax.errorbar([p.size_bytes for p in points], [p.mean / 1e6 for p in points],
                            yerr=[p.ci95 / 1e6 for p in points], marker="o", capsize=3,
                            linestyle="-" if runtime == "udocker" else "--",
-                           label=f"allreduce, {runtime}, {ranks} ranks / {nodes} node(s)")
-        tcp = [r for r in rows if r.metric == "tcp_bytes_per_second" and (r.runtime, r.ranks, r.nodes) ==
-               (runtime, ranks, nodes)]
+                           label=f"{kind}, {runtime}, {ranks} ranks / {nodes} node(s)")
+        tcp = [r for r in rows if r.metric == "tcp_bytes_per_second" and (r.kind, r.runtime, r.ranks, r.nodes) ==
+               (kind, runtime, ranks, nodes)]
         if tcp:
             ax.axhline(tcp[0].mean / 1e6, color=line[0].get_color(), linestyle=":", linewidth=1,
                        label=f"raw TCP, {runtime}, {ranks} ranks / {nodes} node(s)")
@@ -106,4 +108,33 @@ def plot_allreduce(rows: list[Row], out: Path) -> None:
     ax.set_ylabel("bus bandwidth (MB/s)")
     ax.set_title("Horovod allreduce")
     ax.grid(alpha=0.3, which="both")
+    save(fig, out)
+
+
+def plot_frameworks(rows: list[Row], out: Path) -> None:
+    """The frameworks side by side: samples/s after warm-up of each model, per rank count, node count and runtime,
+    one bar per framework (TensorFlow/Keras + Horovod, PyTorch + Horovod, PyTorch DDP), mean ± 1.96σ."""
+    groups: dict[tuple[str, int, int, str], dict[str, Row]] = {}
+    for row in rows:
+        if row.metric == "samples_per_second":
+            framework, model = framework_of(row.kind)
+            groups.setdefault((model, row.ranks, row.nodes, row.runtime), {})[framework] = row
+    compared = {key: bars for key, bars in sorted(groups.items()) if len(bars) > 1}
+    frameworks = [f for f in FRAMEWORKS if any(f in bars for bars in compared.values())]
+    fig, ax = plt.subplots(figsize=(max(6, len(compared) * 1.6), 4.5))
+    if compared:
+        width = 0.8 / len(frameworks)
+        for i, framework in enumerate(frameworks):
+            xs = [x + (i - (len(frameworks) - 1) / 2) * width for x, bars in enumerate(compared.values()) if framework in bars]
+            points = [bars[framework] for bars in compared.values() if framework in bars]
+            ax.bar(xs, [p.mean for p in points], width=width, yerr=[p.ci95 for p in points], capsize=3, label=framework)
+        ax.set_xticks(list(range(len(compared))))
+        ax.set_xticklabels([f"{model}\n{ranks}r/{nodes}n {runtime}" for model, ranks, nodes, runtime in compared],
+                           fontsize=8)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "one framework measured (benchmark.frameworks)", ha="center", transform=ax.transAxes)
+    ax.set_ylabel("samples/s (after warm-up)")
+    ax.set_title("Frameworks on the same models and data")
+    ax.grid(alpha=0.3, axis="y")
     save(fig, out)

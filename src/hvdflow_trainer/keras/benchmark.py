@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, TCP_BYTES, TCP_CHUNK, bus_bandwidth, interface_address, iterations_for
+from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, tcp_bandwidth
 from ..user_code import user_model_of
 
 
@@ -70,47 +70,6 @@ def _allreduce_sweep(args: argparse.Namespace, hvd, tf) -> List[Dict[str, float]
     return rows
 
 
-def _tcp_bandwidth(hvd) -> Dict[str, object]:  # type: ignore[no-untyped-def]
-    """Stream TCP_BYTES over one plain TCP connection from rank 0 to the last rank (on another node when the ranks
-    span nodes), on the interface Gloo uses; bytes/s, the slower side's view."""
-    import horovod.tensorflow as hvd_tf
-
-    last = hvd.size() - 1
-    server = None
-    address = None
-    if hvd.rank() == last:
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.bind(("0.0.0.0", 0))
-        server.listen(1)
-        address = (interface_address(os.environ.get("HOROVOD_GLOO_IFACE", "lo")), server.getsockname()[1])
-    address = hvd_tf.broadcast_object(address, root_rank=last, name="tcp_address")
-    seconds = 0.0
-    if hvd.rank() == last:
-        connection, _ = server.accept()  # type: ignore[union-attr]
-        received, start = 0, time.perf_counter()
-        while received < TCP_BYTES:
-            chunk = connection.recv(TCP_CHUNK)
-            if not chunk:
-                raise RuntimeError("the TCP benchmark's sender closed after %d of %d bytes" % (received, TCP_BYTES))
-            received += len(chunk)
-        seconds = time.perf_counter() - start
-        connection.sendall(b"k")
-        connection.close()
-        server.close()  # type: ignore[union-attr]
-    elif hvd.rank() == 0:
-        sender = socket.create_connection(tuple(address), timeout=120)
-        buffer = b"\0" * TCP_CHUNK
-        start = time.perf_counter()
-        for _ in range(TCP_BYTES // TCP_CHUNK):
-            sender.sendall(buffer)
-        sender.recv(1)
-        seconds = time.perf_counter() - start
-        sender.close()
-    times = hvd_tf.allgather_object(seconds, name="tcp_seconds")
-    return {"bytes": TCP_BYTES, "seconds": max(times), "bytes_per_second": TCP_BYTES / max(times),
-            "from": "rank 0", "to": "rank %d" % last, "address": list(address)}
-
-
 def run(args: argparse.Namespace) -> Dict[str, object]:
     """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
     ``rank-<r>.json``: the launchers take a rank that exits 0 without one for a failed rank)."""
@@ -136,7 +95,9 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                                  "gpus": len(gpus), "python": sys.version.split()[0]}
     if args.kind == ALLREDUCE:
         result["allreduce"] = _allreduce_sweep(args, hvd_tf, tf)
-        result["tcp"] = _tcp_bandwidth(hvd)
+        result["tcp"] = tcp_bandwidth(hvd.rank(), hvd.size(),
+                                      lambda obj, root: hvd_tf.broadcast_object(obj, root_rank=root, name="tcp_address"),
+                                      lambda obj: hvd_tf.allgather_object(obj, name="tcp_seconds"))
     else:
         result.update(_timed_model(args, hvd, tf), batch_size=args.batch_size, warmup_steps=args.warmup_steps,
                       steps=args.steps)

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..user_code import USER_MODEL, UserCodeError, UserModelRef, call, load_function
+from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user, call, load_function
 
 MODELS = ("mlp", "small-cnn", "resnet50")
-BUILD_ARGUMENTS = ("input_shape", "num_classes", "multi_label")
-"""What hvdflow passes every build function, beside the experiment's ``params``."""
 CNN_FILTERS = (32, 64, 128)
 RESNET_MIN_SIZE = 32
 
@@ -95,14 +93,9 @@ def build_model(name: str, input_shape: Sequence[int], num_classes: int, multi_l
 def build_user_model(user: UserModelRef, shape: Tuple[int, ...], num_classes: int, multi_label: bool):  # type: ignore[no-untyped-def]
     """The user's model, built by their function and checked: a ``tf.keras.Model`` (uncompiled) with one output of
     ``num_classes`` units; UserCodeError naming what is wrong."""
-    clash = sorted(set(user.params) & set(BUILD_ARGUMENTS))
-    if clash:
-        raise UserCodeError("%s: params %s are given by hvdflow (the dataset's %s); leave them out of params"
-                            % (user.build, ", ".join(clash), ", ".join(BUILD_ARGUMENTS)))
     import tensorflow as tf
-    build = load_function(user.code, user.build)
-    model = call(build, user.build, user.code, input_shape=shape, num_classes=num_classes, multi_label=multi_label,
-                 **user.params)
+
+    model = built_by_user(user, shape, num_classes, multi_label)
     if not isinstance(model, tf.keras.Model):
         raise UserCodeError("%s returned %s, not a tf.keras.Model" % (user.build, type(model).__name__))
     outputs = model.output_shape

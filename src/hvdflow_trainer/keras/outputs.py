@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import sys
 from typing import Dict, List, Optional
 
 import horovod
 import horovod.tensorflow.keras as hvd
 import tensorflow as tf
 
-from hvdflow_wire.rank import RankResult
-
-from ..machine import cpu_facts, gpu_facts, numerics, nvidia_driver
-from ..outputs import weights_sha256, write_history, write_metrics
+from ..machine import gpu_facts, numerics
+from ..outputs import rank_result, weights_sha256, write_history, write_metrics
 from ..run_control import Position
 from .callbacks import EpochTimer
 
@@ -51,27 +47,14 @@ def write_rank_result(args: argparse.Namespace, model, topology: Optional[str], 
                       start: Position, timer: EpochTimer, layout) -> None:
     """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
     its run went. ``topology``: the neighbour strategy's graph (None for allreduce)."""
-    result = RankResult(
+    result = rank_result(
+        args, position, start, layout, gpu_facts(tf, tf.config.get_visible_devices("GPU")),
         rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(), local_size=hvd.local_size(),
-        cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size(), hostname=socket.gethostname(),
-        controller="mpi" if hvd.mpi_enabled() else "gloo",
-        strategy=args.strategy, topology=topology,
-        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        cpus=sorted(os.sched_getaffinity(0)), threads=args.threads,
-        elastic_worker=os.environ.get("HVDFLOW_ELASTIC_WORKER"), horovod_hostname=os.environ.get("HOROVOD_HOSTNAME"),
-        machine={"cpu": cpu_facts(), "gpus": gpu_facts(tf, tf.config.get_visible_devices("GPU")),
-                 "nvidia_driver": nvidia_driver()},
-        numerics=numerics(tf, args.deterministic_allreduce),
-        weights_sha256=weights_sha256(model.get_weights()),
-        epochs_done=position.epoch,
-        resumed_from={"epoch": start.epoch, "step": start.step},
-        epoch_seconds=timer.seconds,
-        first_step_unix=timer.first_step_unix,
-        train_records_per_rank=layout.train_per_rank,
-        steps_per_epoch=layout.steps_per_epoch,
-        input_sharding=layout.sharding,
+        cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size(),
+        controller="mpi" if hvd.mpi_enabled() else "gloo", topology=topology,
+        numerics=numerics(tf, args.deterministic_allreduce), weights_sha256=weights_sha256(model.get_weights()),
+        epoch_seconds=timer.seconds, first_step_unix=timer.first_step_unix,
         framework="tensorflow", framework_version=tf.__version__, distributed="horovod",
         tensorflow=tf.__version__, horovod=horovod.__version__,
-        python="%d.%d.%d" % tuple(sys.version_info[:3]),
     )
     result.write(os.path.join(args.out, "rank-%d.json" % result.rank))

@@ -16,6 +16,7 @@ import horovod.tensorflow as hvd_tf
 import tensorflow as tf
 
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
+from ..script import ScriptEpochs
 from ..user_code import UserCodeError, user_model_of
 from .callbacks import EpochTimer, agree
 from .fit import Dataset, Layout, open_checkpoints, resume, set_up_rank
@@ -25,7 +26,7 @@ REPORTED = ("loss", "accuracy", "val_loss", "val_accuracy")
 """What every epoch's row must hold: the report's learning curves plot them."""
 
 
-class ScriptRun:
+class ScriptRun(ScriptEpochs):
     """One rank of a user's training script. Its attributes describe the run; its methods are called by every rank
     at the same points of the loop (they meet in allreduces).
 
@@ -67,16 +68,8 @@ class ScriptRun:
         self._start = Position(position.epoch, position.step)
         hvd_tf.broadcast_variables(model.variables, root_rank=0)
 
-    def epochs_to_run(self) -> Iterator[int]:
-        """The epochs still to train, from the one the last checkpoint stopped in; :meth:`end_epoch` ends each."""
-        self._tracked("epochs_to_run")
-        while self._position.epoch < self.epochs:
-            if self._epoch_open:
-                raise UserCodeError("the training script went on to the next epoch without calling "
-                                    "run.end_epoch(metrics) at the end of epoch %d" % (self._position.epoch + 1))
-            self._epoch_open = True
-            self._timer.on_epoch_begin(self._position.epoch)
-            yield self._position.epoch
+    def _epoch_begins(self) -> None:
+        self._timer.on_epoch_begin(self._position.epoch)
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[tf.Tensor, tf.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` in the epoch-keyed order (a function of the seed, the epoch and

@@ -12,17 +12,16 @@ numbers (the agreed stop, the metrics), the model wrapped for data-parallel step
 
 from __future__ import annotations
 
-import fcntl
 import os
-import socket
-import struct
 import time
 import urllib.error
 import urllib.request
 from datetime import timedelta
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
+
+from ..benchmark import interface_address
 
 STORE_SCOPE = "hvdflow-ddp"
 """The rendezvous server's scope where rank 0 publishes its TCPStore's ``host:port``."""
@@ -59,6 +58,18 @@ class Ranks:
         """Every rank starts from rank 0's weights and optimizer state."""
         raise NotImplementedError
 
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """``tensor`` summed over the ranks (a new tensor; ``name`` identifies it to Horovod)."""
+        raise NotImplementedError
+
+    def broadcast_object(self, obj: Any, root: int) -> Any:
+        """``root``'s ``obj`` on every rank (pickled)."""
+        raise NotImplementedError
+
+    def allgather_object(self, obj: Any) -> List[Any]:
+        """Every rank's ``obj``, in rank order."""
+        raise NotImplementedError
+
     def barrier(self) -> None:
         """All ranks meet."""
         self.allreduce_max(0)
@@ -86,6 +97,15 @@ class HorovodRanks(Ranks):
     def allreduce_mean(self, values: torch.Tensor) -> torch.Tensor:
         return self.hvd.allreduce(values, op=self.hvd.Sum, name="hvdflow_mean") / self.size
 
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name)
+
+    def broadcast_object(self, obj: Any, root: int) -> Any:
+        return self.hvd.broadcast_object(obj, root_rank=root)
+
+    def allgather_object(self, obj: Any) -> List[Any]:
+        return list(self.hvd.allgather_object(obj))
+
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):  # type: ignore[no-untyped-def]
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 
@@ -99,13 +119,6 @@ class HorovodRanks(Ranks):
 
     def shutdown(self) -> None:
         self.hvd.shutdown()
-
-
-def interface_address(iface: str) -> str:
-    """The IPv4 address of network interface ``iface`` (``SIOCGIFADDR``)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", iface.encode()[:15]))
-    return socket.inet_ntoa(packed[20:24])
 
 
 def _store_url(env: Dict[str, str]) -> str:
@@ -176,6 +189,21 @@ class DdpRanks(Ranks):
         tensor = values.to(self._device(), copy=True)
         self.dist.all_reduce(tensor, op=self.dist.ReduceOp.SUM)
         return tensor.cpu() / self.size
+
+    def allreduce_sum(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        summed = tensor.clone()
+        self.dist.all_reduce(summed, op=self.dist.ReduceOp.SUM)
+        return summed
+
+    def broadcast_object(self, obj: Any, root: int) -> Any:
+        holder = [obj]
+        self.dist.broadcast_object_list(holder, src=root)
+        return holder[0]
+
+    def allgather_object(self, obj: Any) -> List[Any]:
+        gathered: List[Any] = [None] * self.size
+        self.dist.all_gather_object(gathered, obj)
+        return gathered
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):  # type: ignore[no-untyped-def]
         from torch.nn.parallel import DistributedDataParallel

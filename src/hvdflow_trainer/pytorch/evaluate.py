@@ -3,6 +3,7 @@ weights, run on the test split read without TensorFlow, scored as the Keras eval
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Dict, Optional
 
@@ -24,6 +25,8 @@ def load_model(folder: str, user: Optional[UserModelRef]) -> torch.nn.Module:
     saved = torch.load(path, weights_only=False, map_location="cpu")
     if not isinstance(saved, dict) or saved.get("format") != MODEL_FORMAT:
         raise ValueError("%s is not a model hvdflow's PyTorch trainer saved (format %s)" % (path, MODEL_FORMAT))
+    if saved.get("torchscript"):  # a training script's own module: traced, needs none of its code
+        return torch.jit.load(io.BytesIO(saved["torchscript"]), map_location="cpu").eval()
     model = build_model(saved["model"], saved["feature_shape"], saved["num_classes"], saved["multi_label"],
                         saved["hidden_units"], user)
     model.load_state_dict(saved["state_dict"])

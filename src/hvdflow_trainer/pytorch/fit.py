@@ -99,6 +99,30 @@ class Layout:
         self.train_per_rank, self.steps_per_epoch = len(mine), self.train.steps
 
 
+def validation_metrics(net: torch.nn.Module, layout: Layout, loss_of: torch.nn.Module, device: torch.device,
+                       ranks: Ranks) -> Dict[str, float]:
+    """``val_loss`` and ``val_accuracy`` of ``net`` (logits) on this rank's validation share, averaged over the ranks
+    (every rank calls it)."""
+    net.eval()
+    sums = [0.0] * len(SUMS)
+    with torch.no_grad():
+        for x, y in layout.val.epoch(0):
+            x, y = x.to(device), y.to(device)
+            logits = net(x)
+            right, answers = correct(logits, y, layout.multi)
+            sums = [sums[0] + float(loss_of(logits, y).item()) * x.shape[0], sums[1] + right, sums[2] + answers,
+                    sums[3] + x.shape[0]]
+    net.train()
+    loss, accuracy = ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
+    return {"val_loss": loss, "val_accuracy": accuracy}
+
+
+def read_identity(args: argparse.Namespace) -> Dict[str, object]:
+    """The run's identity (the launcher's ``--identity`` file): whose checkpoints this run may resume."""
+    with open(args.identity) as handle:
+        return dict(json.load(handle))
+
+
 def warmup_rate(scaled_lr: float, warmup_epochs: int, size: int, epoch: int, step: int, steps_per_epoch: int) -> float:
     """The learning rate of step ``step`` (from 0) of epoch ``epoch``: Horovod's warm-up from ``scaled_lr / size`` to
     ``scaled_lr`` over ``warmup_epochs`` (its Keras callback's formula), then ``scaled_lr``."""
@@ -163,21 +187,6 @@ class StepLoop:
         sums[2] += answers
         sums[3] += x.shape[0]
 
-    def validate(self) -> Dict[str, float]:
-        """Validation loss and accuracy on this rank's share, averaged over the ranks."""
-        self.net.eval()
-        sums = [0.0] * len(SUMS)
-        with torch.no_grad():
-            for x, y in self.layout.val.epoch(0):
-                x, y = x.to(self.device), y.to(self.device)
-                logits = self.net(x)
-                right, answers = correct(logits, y, self.layout.multi)
-                sums = [sums[0] + float(self.loss(logits, y).item()) * x.shape[0], sums[1] + right,
-                        sums[2] + answers, sums[3] + x.shape[0]]
-        self.net.train()
-        loss, accuracy = self.ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
-        return {"val_loss": loss, "val_accuracy": accuracy}
-
     def average_statistics(self) -> None:
         """BatchNorm's running statistics (the floating buffers) averaged over the ranks, as the Keras trainer does."""
         with torch.no_grad():
@@ -216,7 +225,8 @@ class StepLoop:
             self.average_statistics()
             loss, accuracy = self.ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
             row = {"loss": loss, "accuracy": accuracy, "lr": float(self.optimizer.param_groups[0]["lr"]),
-                   **self.validate(), "consensus_distance": self.consensus_distance(),
+                   **validation_metrics(self.net, layout, self.loss, self.device, self.ranks),
+                   "consensus_distance": self.consensus_distance(),
                    "sent_bytes_per_step": self.sent_bytes}
             row = {key: row[key] for key in sorted(row)}
             seconds = time.perf_counter() - started
@@ -252,9 +262,7 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
     # wrapped first: Horovod's optimizer is a new object over the same parameter groups, with its own state, so the
     # checkpoint is restored into (and saved from) the one that steps
     net, optimizer = ranks.wrap(model, optimizer)
-    with open(args.identity) as handle:
-        identity = json.load(handle)
-    checkpoints = RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer, ranks.rank,
+    checkpoints = RunCheckpoints(args.checkpoint_dir, read_identity(args), args.keep_checkpoints, model, optimizer, ranks.rank,
                                  ranks.size, ranks.barrier)
     resumed = checkpoints.restore()
     saved = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]

@@ -21,10 +21,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ..user_code import USER_MODEL, UserCodeError, UserModelRef, call, load_function
+from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user
 
 MODELS = ("mlp", "small-cnn", "resnet50")
-BUILD_ARGUMENTS = ("input_shape", "num_classes", "multi_label")
 CNN_FILTERS = (32, 64, 128)
 RESNET_MIN_SIZE = 32
 
@@ -88,13 +87,7 @@ def build_model(name: str, feature_shape: Sequence[int], num_classes: int, multi
 def build_user_model(user: UserModelRef, shape: Tuple[int, ...], num_classes: int, multi_label: bool) -> nn.Module:
     """The user's model, built by their function and checked: a ``torch.nn.Module`` giving ``num_classes`` outputs
     per sample; UserCodeError naming what is wrong."""
-    clash = sorted(set(user.params) & set(BUILD_ARGUMENTS))
-    if clash:
-        raise UserCodeError("%s: params %s are given by hvdflow (the dataset's %s); leave them out of params"
-                            % (user.build, ", ".join(clash), ", ".join(BUILD_ARGUMENTS)))
-    build = load_function(user.code, user.build)
-    model = call(build, user.build, user.code, input_shape=shape, num_classes=num_classes, multi_label=multi_label,
-                 **user.params)
+    model = built_by_user(user, shape, num_classes, multi_label)
     if not isinstance(model, nn.Module):
         raise UserCodeError("%s returned %s, not a torch.nn.Module" % (user.build, type(model).__name__))
     model.eval()

@@ -2,25 +2,21 @@
 rank's result (``rank-<r>.json``), the same files a Keras run leaves.
 
 The model is ``model/model.pt``: one ``torch.save`` of the weights (``state_dict``) and what rebuilds the module
-around them (the built-in model's name and sizes, or the user's build function, and the data's shape), which
-:mod:`.evaluate` reads.
+around them (the built-in model's name and sizes, or the user's build function, and the data's shape), and for a
+training script's model its TorchScript archive, which :mod:`.evaluate` reads.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
-import sys
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
-from hvdflow_wire.rank import RankResult
 from hvdflow_wire.replace import replaced
 
-from ..machine import cpu_facts, nvidia_driver
-from ..outputs import weights_sha256, write_history, write_metrics
+from ..outputs import rank_result, weights_sha256, write_history, write_metrics
 from ..run_control import Position
 from ..tensorboard import write_epoch_scalars
 
@@ -34,13 +30,14 @@ def weights(model: torch.nn.Module) -> list:  # type: ignore[type-arg]
 
 
 def write_run_outputs(args: argparse.Namespace, model: torch.nn.Module, layout, history: List[Dict[str, float]],  # type: ignore[no-untyped-def]
-                      epoch_seconds: List[float]) -> None:
-    """Rank 0's outputs: ``model/model.pt``, ``history.csv``, ``tensorboard/`` and ``metrics.json``."""
+                      epoch_seconds: List[float], torchscript: Optional[bytes] = None) -> None:
+    """Rank 0's outputs: ``model/model.pt``, ``history.csv``, ``tensorboard/`` and ``metrics.json``. ``torchscript``:
+    a training script's model as a TorchScript archive, which evaluation loads without the script's code."""
     folder = os.path.join(args.out, "model")
     os.makedirs(folder, exist_ok=True)
     saved = {"format": MODEL_FORMAT, "model": args.model, "hidden_units": args.hidden_units,
              "feature_shape": list(layout.index["feature_shape"]), "num_classes": int(layout.index["num_classes"]),
-             "multi_label": layout.multi, "state_dict": model.state_dict()}
+             "multi_label": layout.multi, "state_dict": model.state_dict(), "torchscript": torchscript}
     with replaced(os.path.join(folder, MODEL_FILE), mode="wb") as handle:
         torch.save(saved, handle)
     write_history(os.path.join(args.out, "history.csv"), history)
@@ -73,25 +70,13 @@ def write_rank_result(args: argparse.Namespace, ranks, model: torch.nn.Module, p
     its run went."""
     import horovod
 
-    result = RankResult(
+    result = rank_result(
+        args, position, start, layout, gpu_facts(),
         rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank, local_size=ranks.local_size,
-        cross_rank=ranks.cross_rank, cross_size=ranks.cross_size, hostname=socket.gethostname(),
-        controller=ranks.controller(), strategy=args.strategy, topology=None,
-        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        cpus=sorted(os.sched_getaffinity(0)), threads=args.threads,
-        elastic_worker=os.environ.get("HVDFLOW_ELASTIC_WORKER"), horovod_hostname=os.environ.get("HOROVOD_HOSTNAME"),
-        machine={"cpu": cpu_facts(), "gpus": gpu_facts(), "nvidia_driver": nvidia_driver()},
-        numerics=numerics(args),
-        weights_sha256=weights_sha256(weights(model)),
-        epochs_done=position.epoch,
-        resumed_from={"epoch": start.epoch, "step": start.step},
-        epoch_seconds=loop.seconds,
-        first_step_unix=loop.first_step_unix,
-        train_records_per_rank=layout.train_per_rank,
-        steps_per_epoch=layout.steps_per_epoch,
-        input_sharding=layout.sharding,
+        cross_rank=ranks.cross_rank, cross_size=ranks.cross_size, controller=ranks.controller(), topology=None,
+        numerics=numerics(args), weights_sha256=weights_sha256(weights(model)),
+        epoch_seconds=loop.seconds, first_step_unix=loop.first_step_unix,
         framework="torch", framework_version=torch.__version__, distributed=ranks.mode,
         tensorflow="none", horovod=horovod.__version__,
-        python="%d.%d.%d" % tuple(sys.version_info[:3]),
     )
     result.write(os.path.join(args.out, "rank-%d.json" % result.rank))

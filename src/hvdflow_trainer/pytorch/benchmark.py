@@ -1,0 +1,113 @@
+"""The benchmark's measurements with PyTorch (see :mod:`hvdflow_trainer.benchmark`), in Horovod's PyTorch API or
+PyTorch's DistributedDataParallel: a model's training throughput on the same synthetic data the TensorFlow
+measurements use, the allreduce bandwidth of the distributed mode, and the raw TCP bandwidth between two ranks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from typing import Dict, List
+
+from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, tcp_bandwidth
+
+
+def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+    """Train ``args.kind`` on one repeated synthetic batch; the times of the first, warm-up and last steps."""
+    import numpy as np
+
+    from .models import build_model, loss_function
+
+    shape, classes, multi = SHAPES[args.kind]
+    rng = np.random.default_rng(args.seed + ranks.rank)
+    x = torch.from_numpy(rng.standard_normal((args.batch_size,) + shape).astype("float32"))
+    if len(shape) == 3:
+        x = x.permute(0, 3, 1, 2).contiguous()  # NCHW, as the trainer's batches arrive
+    if multi:
+        y = torch.from_numpy((rng.random((args.batch_size, classes)) < 0.2).astype("float32"))
+    else:
+        y = torch.from_numpy(rng.integers(0, classes, size=(args.batch_size,)).astype("int64"))
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    x, y = x.to(device), y.to(device)
+    model = build_model(args.kind, shape, classes, multi, args.hidden_units).to(device)
+    net, optimizer = ranks.wrap(model, torch.optim.SGD(model.parameters(), lr=0.01 * ranks.size, momentum=0.9))
+    ranks.broadcast_start(model, optimizer)
+    loss_of = loss_function(multi)
+    ends: List[float] = []
+    for _ in range(args.warmup_steps + args.steps):
+        optimizer.zero_grad()
+        loss_of(net(x), y).backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        ends.append(time.time())
+    measured = ends[-1] - ends[args.warmup_steps - 1]
+    return {"first_step_end": ends[0], "measured_seconds": measured,
+            "samples_per_second": args.steps * args.batch_size * ranks.size / measured,
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _allreduce_sweep(args: argparse.Namespace, ranks, torch) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
+    """Time the distributed mode's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib``; each size's
+    time is the slowest rank's mean."""
+    rows = []
+    for kib in args.sizes_kib:
+        size = kib * 1024
+        tensor = torch.ones(size // 4, dtype=torch.float32)
+        for _ in range(2):  # warm-up: Horovod negotiates a new tensor name and shape once
+            ranks.allreduce_sum(tensor, "bench%d" % kib)
+        iterations = iterations_for(size)
+        start = time.perf_counter()
+        for _ in range(iterations):
+            ranks.allreduce_sum(tensor, "bench%d" % kib)
+        seconds = max(ranks.allgather_object((time.perf_counter() - start) / iterations))
+        rows.append({"size_bytes": size, "seconds": seconds, "iterations": iterations,
+                     "bus_bandwidth_bytes_per_second": bus_bandwidth(size, seconds, ranks.size)})
+    return rows
+
+
+def run(args: argparse.Namespace) -> Dict[str, object]:
+    """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
+    ``rank-<r>.json``)."""
+    started = time.perf_counter()
+    import horovod
+    import torch
+
+    if args.distributed == "horovod":
+        import horovod.torch  # noqa: F401  (what a Horovod rank imports, timed with torch)
+    else:
+        import torch.distributed  # noqa: F401
+    imported_at = time.time()
+    import_seconds = time.perf_counter() - started
+    from .comm import join_ranks
+    from .fit import local_gpu
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    gpu = local_gpu()
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+    ranks = join_ranks(args.distributed, gpu)
+    torch.manual_seed(args.seed)
+    result: Dict[str, object] = {"rank": ranks.rank, "kind": args.kind, "ranks": ranks.size, "threads": args.threads,
+                                 "torch": torch.__version__, "horovod": horovod.__version__,
+                                 "distributed": args.distributed, "gpus": torch.cuda.device_count(),
+                                 "python": sys.version.split()[0]}
+    if args.kind == ALLREDUCE:
+        result["allreduce"] = _allreduce_sweep(args, ranks, torch)
+        result["tcp"] = tcp_bandwidth(ranks.rank, ranks.size, ranks.broadcast_object, ranks.allgather_object)
+    else:
+        result.update(_timed_model(args, ranks, torch), batch_size=args.batch_size, warmup_steps=args.warmup_steps,
+                      steps=args.steps)
+        first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
+        result["seconds_to_first_step"] = max(ranks.allgather_object(first))
+    facts = ranks.allgather_object({"import_seconds": import_seconds, "launch_to_import": imported_at - args.launched,
+                                    "hostname": socket.gethostname(), "cpus": sorted(os.sched_getaffinity(0))})
+    result["import_seconds"] = max(float(r["import_seconds"]) for r in facts)
+    result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in facts)
+    result["per_rank"] = facts
+    rank = ranks.rank
+    ranks.shutdown()
+    return result if rank == 0 else {"rank": rank}
