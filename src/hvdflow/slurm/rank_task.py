@@ -95,29 +95,42 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
     between this one and the trainer ignore those signals (:func:`~hvdflow.launch.supervise.ignore_stop_signals`).
     With ``drop`` (an elastic worker), :data:`DROP_SIGNAL` kills the rank's group instead.
     """
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
-                            start_new_session=True, preexec_fn=ignore_stop_signals)
+    group: list[int] = []  # the rank's process group, once it is started
+    early: list[int] = []  # signals that came before it was
+
+    def send(signum: int) -> None:
+        try:
+            os.killpg(group[0], signum)
+        except ProcessLookupError:
+            pass
 
     def forward(signum: int, frame: object) -> None:
         log.write(f"# hvdflow rank task: forwarding {signal.Signals(signum).name} to the rank\n".encode())
         log.flush()
-        try:
-            os.killpg(proc.pid, signum)
-        except ProcessLookupError:
-            pass
+        if group:
+            send(signum)
+        else:
+            early.append(signum)
 
     def kill(signum: int, frame: object) -> None:
         log.write(b"# hvdflow rank task: the elastic driver gave this worker up; killing the rank\n")
         log.flush()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if group:
+            send(signal.SIGKILL)
+        else:
+            early.append(signal.SIGKILL)
 
+    # the handlers go in before the rank starts: a signal in between (the scheduler's warning on a loaded node) would
+    # otherwise take USR1's default action and kill this process (seen in the suite)
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     if drop:
         previous[DROP_SIGNAL] = signal.signal(DROP_SIGNAL, kill)
     try:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
+                                start_new_session=True, preexec_fn=ignore_stop_signals)
+        group.append(proc.pid)
+        for signum in early:
+            send(signum)
         return proc.wait()
     finally:
         for sig, handler in previous.items():
