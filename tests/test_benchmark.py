@@ -169,17 +169,21 @@ def test_summary_table_and_figures_are_written(tmp_path: Path) -> None:
         assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
 
 
-def test_the_frameworks_are_set_side_by_side_and_each_sweep_is_held_against_its_own_tcp(tmp_path: Path) -> None:
+def test_the_frameworks_are_set_side_by_side_and_only_a_sweep_with_raw_tcp_is_held_against_it(tmp_path: Path) -> None:
     import json
 
+    torch_sweep = _result("torch-allreduce", 2, "udocker", 0, 4e6, 0)
+    del torch_sweep["tcp"]  # PyTorch's sweep streams no raw TCP
     results = RESULTS + [_result("torch-mlp", 2, "udocker", 0, 140.0, 6.0), _result("ddp-mlp", 2, "udocker", 0, 145.0, 5.0),
-                         _result("torch-allreduce", 2, "udocker", 0, 4e6, 0)]
+                         torch_sweep]
     files = []
     for i, result in enumerate(results):
         files.append(tmp_path / f"m{i}.json")
         files[-1].write_text(json.dumps(result))
     lines = summarize(files, tmp_path / "table.csv", tmp_path / "summary.json")
-    assert any(line.startswith("torch-allreduce/TCP, udocker, 2 ranks on 1 node(s): 0.500") for line in lines), lines
+    assert not any(line.startswith("torch-allreduce/TCP") for line in lines), lines
+    rows = {(r.kind, r.metric, r.size_bytes): r for r in read_rows(tmp_path / "summary.json")}
+    assert rows[("torch-allreduce", "bus_bandwidth_bytes_per_second", 2 ** 20)].mean == 4e7
     assert any(line.startswith("allreduce/TCP, udocker, 2 ranks on 1 node(s): 0.500") for line in lines), lines
     # PyTorch ran in udocker only: no goal of udocker against native is judged on it
     assert all("torch-" not in goal.where and "ddp-" not in goal.where for goal in goals(table_rows(results)))

@@ -173,7 +173,7 @@ def test_the_benchmark_compares_keras_pytorch_with_horovod_and_ddp_on_the_same_m
     measured = pipeline.json("results/benchmark/measurements/ddp-mlp-r2-n1-udocker-0.json")
     assert (measured["distributed"], measured["torch"][:5]) == ("ddp", "2.6.0")
     log = (pipeline.root / "logs/benchmark_summary.log").read_text()
-    assert "torch-allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log and "ddp-allreduce/TCP" in log
+    assert "allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log  # the network's, measured once by TensorFlow's sweep
     figure = pipeline.root / "results/benchmark/plots/frameworks.png"
     assert figure.read_bytes().startswith(b"\x89PNG") and figure.stat().st_size > 10_000
     assert pipeline.processes() == []

@@ -102,7 +102,8 @@ def _samples(results: Iterable[dict[str, Any]]) -> dict[tuple[str, int, int, str
             for row in result["allreduce"]:
                 groups[(*where, "bus_bandwidth_bytes_per_second", int(row["size_bytes"]))].append(
                     float(row["bus_bandwidth_bytes_per_second"]))
-            groups[(*where, "tcp_bytes_per_second", 0)].append(float(result["tcp"]["bytes_per_second"]))
+            if "tcp" in result:  # PyTorch's sweeps stream no raw TCP (hvdflow_trainer.pytorch.benchmark)
+                groups[(*where, "tcp_bytes_per_second", 0)].append(float(result["tcp"]["bytes_per_second"]))
         else:
             for metric in ("samples_per_second", "seconds_to_first_step", "job_start_to_first_step_seconds"):
                 if metric in result:

@@ -221,7 +221,14 @@ class DdpRanks(Ranks):
         return str(self.dist.get_backend())
 
     def shutdown(self) -> None:
-        self.dist.destroy_process_group()
+        # rank 0 holds the TCPStore, and a rank that leaves the group after it has gone waits for it until the
+        # store's timeout (seen: rank 1 in destroy_process_group for minutes): the others leave first, then rank 0
+        if self.rank != 0:
+            self.dist.destroy_process_group()
+            self.store.set("hvdflow-left-%d" % self.rank, "1")
+        else:
+            self.store.wait(["hvdflow-left-%d" % r for r in range(1, self.size)])
+            self.dist.destroy_process_group()
 
 
 def join_ranks(mode: str, gpu: Optional[int]) -> Ranks:
