@@ -221,13 +221,10 @@ class DdpRanks(Ranks):
         return str(self.dist.get_backend())
 
     def shutdown(self) -> None:
-        # rank 0 holds the TCPStore, and a rank that leaves the group after it has gone waits for it until the
-        # store's timeout (seen: rank 1 in destroy_process_group for minutes): the others leave first, then rank 0
-        if self.rank != 0:
-            self.dist.destroy_process_group()
-            self.store.set("hvdflow-left-%d" % self.rank, "1")
-        else:
-            self.store.wait(["hvdflow-left-%d" % r for r in range(1, self.size)])
+        # Gloo's group ends with the process. destroy_process_group() hung one rank for the store's whole timeout now
+        # and then (torch 2.6, after the last barrier, with the other rank gone or still waiting: 2026-11-27), so it
+        # is called for NCCL only, whose communicators want it
+        if self.gpu is not None:
             self.dist.destroy_process_group()
 
 
