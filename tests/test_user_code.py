@@ -85,7 +85,7 @@ def test_each_mistake_in_the_users_code_is_named_in_their_terms(code: Path) -> N
 def test_params_that_hvdflow_gives_are_refused_by_name(code: Path) -> None:
     ref = user_code.UserModelRef(str(code), "good:build", {"num_classes": 3})
     with pytest.raises(UserCodeError, match=r"good:build: params num_classes are given by hvdflow"):
-        models.build_user_model(ref, (8, 8, 1), 10, False)
+        user_code.built_by_user(ref, (8, 8, 1), 10, False)  # what both frameworks' build_user_model call first
 
 
 def test_the_error_line_goes_from_the_trainer_to_the_host() -> None:
