@@ -175,7 +175,7 @@ class DdpRanks(Ranks):
         self.gpu = gpu
         backend = "nccl" if gpu is not None else "gloo"
         dist.init_process_group(backend, store=store, rank=self.rank, world_size=size, timeout=timeout)
-        self.dist, self.store = dist, store
+        self.dist, self.store = dist, store  # rank 0's store serves the group as long as it is referenced
 
     def _device(self) -> torch.device:
         return torch.device("cuda", self.gpu) if self.gpu is not None else torch.device("cpu")

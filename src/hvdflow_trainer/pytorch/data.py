@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..input_plan import epoch_seed, plan_input
-from ..tfrecord import SampleDecoder, read_span, split_spans
+from ..tfrecord import SampleDecoder, parse_example, read_span, split_spans
 
 
 class SplitRecords:
@@ -30,8 +30,6 @@ class SplitRecords:
 
     def first_labels(self) -> List[int]:
         """Every record's first label, in the split's record order (-1 for a record without one)."""
-        from ..tfrecord import parse_example
-
         labels = []
         for data in self.read(range(len(self.spans))):
             y = parse_example(data).get("y")

@@ -158,16 +158,11 @@ class StepLoop:
             state["signal_unix"] = self.flag.unix
         self.checkpoints.save(position.epoch, position.step, self.layout.steps_per_epoch, state, reason)
 
-    def gathered(self, sums: List[float]) -> List[List[float]]:
-        """Every rank's running sums (an allreduce of each rank's own slot: all ranks call it)."""
-        slots = torch.zeros(self.ranks.size * len(sums), dtype=torch.float64)
-        slots[self.ranks.rank * len(sums):(self.ranks.rank + 1) * len(sums)] = torch.tensor(sums, dtype=torch.float64)
-        every = [v * self.ranks.size for v in self.ranks.allreduce_mean(slots).tolist()]
-        return [every[r * len(sums):(r + 1) * len(sums)] for r in range(self.ranks.size)]
-
     def stop(self, position: Position, history: List[Dict[str, float]], sums: Optional[List[float]]) -> None:
         """Save (with every rank's sums mid-epoch), wait until it is on disk, and raise StopRequested."""
-        self.save(position, history, stop_reason(self.flag), self.gathered(sums) if sums is not None else None)
+        # every rank's own sums, exactly (an allgather: all ranks call it)
+        every = None if sums is None else [list(s) for s in self.ranks.allgather_object(sums)]
+        self.save(position, history, stop_reason(self.flag), every)
         self.ranks.barrier()
         raise StopRequested("stopped at epoch %d step %d on %s" % (position.epoch, position.step, stop_reason(self.flag)))
 
