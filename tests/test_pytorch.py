@@ -1,6 +1,7 @@
 """PyTorch through the same workflow: the hvdflow-torch-cpu image built and pulled, the digits trained in Horovod's
 PyTorch API and in PyTorch's DistributedDataParallel with 2 ranks in udocker, evaluated, recorded and rerun; a killed
-rank and a stop signal resumed to the uninterrupted run's weights."""
+rank and a stop signal resumed to the uninterrupted run's weights; neighbour averaging and an elastic run with
+Horovod's PyTorch API."""
 
 from __future__ import annotations
 
@@ -128,6 +129,80 @@ def test_a_killed_pytorch_rank_and_a_stop_signal_resume_to_the_uninterrupted_wei
     record = stopped.json("results/ddp/run.json")
     assert record["weights_sha256"] == reference["weights_sha256"] and record["history"] == reference["history"]
     assert stopped.processes() == []
+
+
+MLP_BYTES = 4810 * 4
+"""The digits MLP's float32 weights (64 inputs x 64 hidden units + 64, 64 x 10 + 10)."""
+
+
+def test_pytorch_neighbour_training_equals_allreduce_on_a_ring_of_two_and_resumes_per_rank_to_the_same_weights(
+        trained: Pipeline, demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    """Horovod's PyTorch API, strategy neighbour: each rank steps on its own gradient, then averages its model with
+    its neighbours' (one alltoall); on 2 ranks that is the allreduce step to rounding. 4 ranks on the exponential
+    graph, each a block of labels, stopped mid-epoch: every rank saves its own state, and the resumed run ends with
+    the uninterrupted one's weights."""
+    exp2 = {**TORCH, "epochs": 2, "ranks": 4, "strategy": "neighbour", "topology": "exp2", "shard_order": "by_label"}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "ring": {**TORCH, "strategy": "neighbour"}, "exp4": exp2, "exp4stopped": exp2})
+    proc = pipeline.snakemake("results/ring/evaluation.json", "results/ring/run.json", "results/exp4/run.json")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    ring, allreduce = pipeline.json("results/ring/run.json"), trained.json("results/hvd/run.json")
+    assert {r["weights_sha256"] for r in ring["ranks"]} == {ring["weights_sha256"]}  # averaged once at the end
+    rank = pipeline.json("results/ring/rank-1.json")
+    assert (rank["strategy"], rank["topology"], rank["framework"]) == ("neighbour", "ring", "torch")
+    for mine, theirs in zip(ring["history"], allreduce["history"]):
+        for key in ("loss", "val_loss", "accuracy", "val_accuracy"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-6, abs=1e-9), (key, mine, theirs)
+        # one model per neighbour sent per step (the ring allreduce's 2(n-1)/n of the gradients is the same on 2)
+        assert (mine["sent_bytes_per_step"], mine["consensus_distance"]) == (MLP_BYTES, 0.0)
+    assert pipeline.json("results/ring/evaluation.json")["accuracy"] > 0.85
+    record = pipeline.json("results/exp4/run.json")
+    assert [e["sent_bytes_per_step"] for e in record["history"]] == [2 * MLP_BYTES] * 2  # two peers on 4 ranks
+    assert all(e["consensus_distance"] > 0 for e in record["history"])
+    assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    stopped = pipeline.snakemake("results/exp4stopped/run.json",
+                                 extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:2.4:signal:once"})
+    assert "stopped on a signal after a checkpoint (exit status 75)" in stopped.stdout + stopped.stderr
+    assert not (pipeline.root / "results/exp4stopped/run.json").exists() and pipeline.processes() == []
+    newest = pipeline.json("results/exp4stopped/checkpoints/manifest.json")["checkpoints"][-1]
+    assert (newest["epoch"], newest["step"]) == (1, 4)
+    assert {f.partition("/")[0] for f in newest["files"] if "/" in f} == {"rank-1", "rank-2", "rank-3"}
+    resumed = pipeline.snakemake("results/exp4stopped/run.json")
+    assert resumed.returncode == 0, resumed.stderr[-5000:]
+    again = pipeline.json("results/exp4stopped/run.json")
+    assert again["weights_sha256"] == record["weights_sha256"] and again["history"] == record["history"]
+    assert [a["outcome"] for a in again["attempts"]] == ["stopped on a signal after a checkpoint", "completed"]
+    assert pipeline.processes() == []
+
+
+def test_an_elastic_pytorch_run_loses_a_rank_and_ends_with_the_weights_of_a_checkpoint_switch(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    """Horovod's elastic API with torch's state: rank 1 killed 3 steps into epoch 2, rank 0 rolls back to epoch 1's
+    end and finishes alone, bit for bit as a run stopped at epoch 1's end and resumed on one slot."""
+    elastic = {**TORCH, "elastic": {"min_ranks": 1}}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "lose": elastic, "switch": elastic})
+    profile = pipeline.root / "profiles/local/hvdflow.yaml"
+    profile.write_text(profile.read_text() + "elastic_cooldown_seconds: 3600\n")
+    lost = pipeline.snakemake("results/lose/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "1:2.3:kill:once"})
+    assert lost.returncode == 0, lost.stderr[-5000:]
+    record = pipeline.json("results/lose/run.json")
+    first, second = record["elastic"]["memberships"]
+    assert (first["ranks"], second["ranks"], second["epoch"], second["step"]) == (2, 1, 1, 0), record["elastic"]
+    assert [e["ranks"] for e in record["elastic"]["epochs"]] == [2, 1, 1, 1]
+    assert len(record["ranks"]) == 1 and len(record["history"]) == TORCH["epochs"]
+    assert "hvdflow: elastic: 1 ranks on" in (pipeline.root / "logs/train/lose.log").read_text()
+    assert pipeline.processes() == [] and not (pipeline.root / "logs/train/lose/tmp").exists()
+    # the reference: 2 ranks stopped at epoch 1's end (20 steps of 32 per rank), resumed where 1 slot is offered
+    stopped = pipeline.snakemake("results/switch/run.json", extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "0:1.20:signal:once"})
+    assert "stopped on a signal after a checkpoint" in stopped.stdout + stopped.stderr
+    assert not (pipeline.root / "results/switch/run.json").exists() and pipeline.processes() == []
+    switched = pipeline.snakemake("results/switch/run.json", extra_env={"HVDFLOW_ELASTIC_SLOTS": "1"})
+    assert switched.returncode == 0, switched.stderr[-5000:]
+    reference = pipeline.json("results/switch/run.json")
+    assert [(m["ranks"], m["epoch"]) for m in reference["elastic"]["memberships"]] == [(1, 1)]
+    assert record["weights_sha256"] == reference["weights_sha256"] and record["history"] == reference["history"]
+    assert pipeline.processes() == []
 
 
 def test_the_image_check_refuses_a_framework_the_image_does_not_hold_naming_it(

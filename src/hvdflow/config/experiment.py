@@ -106,10 +106,9 @@ class TrainSpec:
                               "has no elastic membership or neighbour averaging (use distributed horovod)")
         mine = self.model if isinstance(self.model, Mapping) else {}
         if mine.get("loss") or mine.get("metrics"):
-            unsupported.append("a loss or metrics of your own (model.loss, model.metrics)")
-        if unsupported:
-            raise LaunchError(f"framework pytorch does not run {', '.join(unsupported)} yet in hvdflow: its PyTorch "
-                              "trainer is fixed-size allreduce with the task's loss (use framework tensorflow for it)")
+            raise LaunchError("framework pytorch does not run a loss or metrics of your own (model.loss, "
+                              "model.metrics) yet in hvdflow: its PyTorch trainer uses the task's loss (write your own "
+                              "loop with model.script, or use framework tensorflow)")
 
     def _check_elastic(self) -> None:
         low, high = self.min_ranks, self.max_ranks

@@ -28,6 +28,7 @@ import tensorflow as tf
 from hvdflow_index import read_index, verified_shards
 from hvdflow_runstate import position as describe
 
+from ..elastic import elastic_fit
 from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
 from ..placement import pick_gpu
@@ -36,7 +37,6 @@ from ..user_code import user_model_of
 from .callbacks import AverageStatistics, EpochTimer, InjectedFailureCallback, ResumableWarmup, run_control_callbacks
 from .checkpoints import RunCheckpoints
 from .data import first_labels, rank_dataset
-from .elastic import elastic_fit
 from .models import build_model, loss_and_metrics, sgd
 from .neighbours import Communication, NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
@@ -217,8 +217,10 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
         hvd_tf.broadcast_variables(model.variables, root_rank=0)
     make_layout = functools.partial(Layout, args, data, args.batch_size * nominal)
     if args.elastic_ranks:
-        layout, position, history = elastic_fit(model, optimizer, checkpoints, make_layout, loop, position, history,
-                                                saved.get("metric_sums"), args.membership)  # type: ignore[arg-type]
+        state = hvd.elastic.KerasState(model, optimizer, epoch=position.epoch, step=position.step,
+                                       history=list(history), metric_sums=saved.get("metric_sums"))
+        layout, position, history = elastic_fit(state, hvd.elastic.run, hvd_tf.allgather_object, checkpoints,
+                                                make_layout, loop, args.membership)
     else:
         layout = make_layout()
         loop(layout, position, history, saved.get("metric_sums"))  # type: ignore[arg-type]

@@ -5,7 +5,9 @@ One file per checkpoint, ``ckpt-<global step>.pt`` (``torch.save``): the model's
 optimizer's (momentum buffers, learning rate) and the random generators' (torch's CPU generator, numpy's, Python's).
 The position in the epoch, the history and the epoch's running sums go into the manifest entry, which rank 0 writes
 after the file. Rank 0 saves; every rank loads the same file, so all continue from identical state; the ranks meet
-after a save, so none leaves before the checkpoint is on disk.
+after a save, so none leaves before the checkpoint is on disk. When the ranks' states differ (neighbour averaging),
+every rank saves its own file (rank r > 0 in ``rank-<r>/``), the ranks meet before rank 0 writes the manifest naming
+them all, and each rank restores its own file of the entry.
 """
 
 from __future__ import annotations
@@ -39,9 +41,15 @@ class RunCheckpoints:
     """The checkpoints of one run in ``folder``: restore the newest sound one, save new ones, keep the last ``keep``."""
 
     def __init__(self, folder: str, identity: Dict[str, object], keep: int, model: torch.nn.Module,
-                 optimizer: torch.optim.Optimizer, rank: int, size: int, barrier: Callable[[], None]) -> None:
-        self.manifest = CheckpointManifest(folder, identity, keep, rank, size)
+                 optimizer: torch.optim.Optimizer, rank: int, size: int, barrier: Callable[[], None],
+                 per_rank: bool = False) -> None:
+        """``per_rank``: every rank saves its own state (see the module's docstring); ``barrier``: all ranks meet."""
+        self.manifest = CheckpointManifest(folder, identity, keep, rank, size, per_rank)
         self.folder, self.model, self.optimizer, self.barrier = folder, model, optimizer, barrier
+
+    def follow(self, rank: int, size: int) -> None:
+        """This process is now ``rank`` of ``size`` (:meth:`CheckpointManifest.follow`)."""
+        self.manifest.follow(rank, size)
 
     def restore(self) -> Optional[Dict[str, object]]:
         """Load the newest sound checkpoint of this run into the model, optimizer and generators; its manifest entry,
@@ -57,16 +65,20 @@ class RunCheckpoints:
 
     def save(self, epoch: int, step: int, steps_per_epoch: int, state: Dict[str, object], reason: str
              ) -> Optional[Dict[str, object]]:
-        """Rank 0 writes ``ckpt-<global step>.pt`` and then the manifest naming it (its entry is returned); every
-        rank calls it and they meet afterwards."""
+        """Rank 0 (every rank, per rank) writes ``ckpt-<global step>.pt``, then rank 0 the manifest naming it (its
+        entry is returned); every rank calls it and they meet afterwards."""
         entry = None
-        if self.manifest.rank == 0:
-            started = time.perf_counter()
-            name = "ckpt-%d" % (epoch * steps_per_epoch + step)
-            path = os.path.join(self.folder, name + ".pt")
+        started = time.perf_counter()
+        name = "ckpt-%d" % (epoch * steps_per_epoch + step)
+        if self.manifest.rank == 0 or self.manifest.per_rank:
+            path = self.manifest.own_files(name) + ".pt"
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with replaced(path, mode="wb", durable=True) as handle:
                 torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                             "rng": rng_state()}, handle)
+        if self.manifest.per_rank:
+            self.barrier()  # every rank's file is written before rank 0 hashes them and writes the manifest
+        if self.manifest.rank == 0:
             entry = self.manifest.record(name, epoch, step, steps_per_epoch, state, reason, started)
             self._drop_unnamed()
         self.barrier()
@@ -75,9 +87,11 @@ class RunCheckpoints:
     def _drop_unnamed(self) -> None:
         """Remove checkpoint files the manifest no longer names (beyond ``keep``)."""
         named = {f for entry in self.manifest.manifest["checkpoints"] for f in entry["files"]}  # type: ignore[union-attr,attr-defined]
-        for name in os.listdir(self.folder):
-            if name.startswith("ckpt-") and name.endswith(".pt") and name not in named:
-                os.unlink(os.path.join(self.folder, name))
+        for rank in range(self.manifest.size if self.manifest.per_rank else 1):
+            sub = self.manifest.rank_folder(rank)
+            for name in os.listdir(os.path.join(self.folder, sub)):
+                if name.startswith("ckpt-") and name.endswith(".pt") and os.path.join(sub, name) not in named:
+                    os.unlink(os.path.join(self.folder, sub, name))
 
     def finish(self) -> None:
         """Mark the run finished in the manifest: its checkpoints are kept, but no later attempt resumes from them."""

@@ -74,6 +74,9 @@ class Ranks:
         """All ranks meet."""
         self.allreduce_max(0)
 
+    def follow_membership(self) -> None:
+        """Read this process's place again: an elastic run may have changed the ranks (a fixed run's stay)."""
+
     def shutdown(self) -> None:
         """Leave the ranks' group."""
 
@@ -88,7 +91,7 @@ class HorovodRanks(Ranks):
 
         hvd.init()
         self.hvd = hvd
-        super().__init__(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+        self.follow_membership()
 
     def allreduce_max(self, value: int) -> int:
         return int(self.hvd.allreduce(torch.tensor([value], dtype=torch.int64), op=self.hvd.Max,
@@ -112,6 +115,10 @@ class HorovodRanks(Ranks):
     def broadcast_start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    def follow_membership(self) -> None:
+        hvd = self.hvd
+        super().__init__(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
 
     def controller(self) -> str:
         """Horovod's controller of this run."""
@@ -226,6 +233,13 @@ class DdpRanks(Ranks):
         # is called for NCCL only, whose communicators want it
         if self.gpu is not None:
             self.dist.destroy_process_group()
+
+
+def horovod_api(ranks: Ranks, what: str):  # type: ignore[no-untyped-def]
+    """The ``horovod.torch`` module of a Horovod run; ValueError naming ``what`` needs it under DDP."""
+    if not isinstance(ranks, HorovodRanks):
+        raise ValueError("%s needs distributed horovod (Horovod's PyTorch API), not %s" % (what, ranks.mode))
+    return ranks.hvd
 
 
 def join_ranks(mode: str, gpu: Optional[int]) -> Ranks:

@@ -8,6 +8,12 @@ ranks, rank) (:mod:`.data`), BatchNorm statistics averaged over the ranks at eac
 checkpoints under the run's manifest (:mod:`.checkpoints`), a resume from any step that ends with the weights of an
 uninterrupted run, and a stop on a signal agreed by all ranks after the same step (rank 0 saves first).
 
+With Horovod's API two more ways to train, as the Keras trainer has them: ``--strategy neighbour`` (no
+DistributedOptimizer: each rank steps on its own gradient, then averages its model with its neighbours',
+:mod:`.neighbours`; every rank checkpoints its own state; the ranks' models averaged once at the end), and
+``--elastic-ranks`` (Horovod's elastic API with torch's state, :mod:`hvdflow_trainer.elastic`: ranks may leave and
+join, the global batch and learning rate stay those of the nominal rank count). DistributedDataParallel has neither.
+
 Bit-identical weights on CPU come from torch's deterministic algorithms, a fixed thread count per rank, seeded
 generators, and sums in a fixed order (Horovod with tensor fusion off; DDP's Gloo allreduce of fixed buckets).
 
@@ -22,7 +28,7 @@ import json
 import os
 import random
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -30,15 +36,17 @@ import torch
 from hvdflow_index import read_index, verified_shards
 from hvdflow_runstate import position as describe
 
+from ..elastic import elastic_fit
 from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
 from ..neighbours import allreduce_bytes_per_step
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from ..user_code import user_model_of
 from .checkpoints import RunCheckpoints
-from .comm import Ranks, join_ranks
+from .comm import Ranks, horovod_api, join_ranks
 from .data import RankBatches, SplitRecords, rank_positions
 from .models import build_model, correct, loss_function
+from .neighbours import NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
 
 SUMS = ("loss", "right", "answers", "samples")
@@ -77,16 +85,22 @@ def set_up_rank(args: argparse.Namespace) -> Ranks:
 
 
 class Layout:
-    """The dataset and this rank's share of it: the training batches in each epoch's order, the validation batches."""
+    """The dataset and this rank's share of it: the training batches in each epoch's order, the validation batches
+    (built again when an elastic run changes its ranks). ``global_batch``: the batch of all ranks together (default:
+    ``--batch-size`` per rank)."""
 
-    def __init__(self, args: argparse.Namespace, ranks: Ranks) -> None:
+    def __init__(self, args: argparse.Namespace, ranks: Ranks, global_batch: Optional[int] = None) -> None:
         self.index = read_index(args.dataset)
         self.multi = self.index["task"] == "multi-label"
         train = SplitRecords(verified_shards(args.dataset, self.index, "train"), self.index)
         val = SplitRecords(verified_shards(args.dataset, self.index, "validation"), self.index)
         counts = {split: [int(s["records"]) for s in self.index["splits"][split]["shards"]]  # type: ignore[index]
                   for split in ("train", "validation")}
-        self.rank, self.size, self.batch = ranks.rank, ranks.size, args.batch_size
+        global_batch = global_batch or args.batch_size * ranks.size
+        if global_batch % ranks.size:
+            raise ValueError("the global batch %d (batch_size x ranks) does not divide among %d ranks"
+                             % (global_batch, ranks.size))
+        self.rank, self.size, self.batch = ranks.rank, ranks.size, global_batch // ranks.size
         by_label = (label_sorted_positions(train.first_labels(), ranks.rank, ranks.size)
                     if args.shard_order == "by_label" else None)
         try:
@@ -94,8 +108,8 @@ class Layout:
             val_mine, _ = rank_positions(val, counts["validation"], ranks.rank, ranks.size)
         except ValueError as exc:
             raise ValueError("%s: %s" % (args.dataset, exc)) from None
-        self.train = RankBatches(train, mine, args.batch_size, args.seed, args.shuffle_buffer > 0)
-        self.val = RankBatches(val, val_mine, args.batch_size, args.seed, False)
+        self.train = RankBatches(train, mine, self.batch, args.seed, args.shuffle_buffer > 0)
+        self.val = RankBatches(val, val_mine, self.batch, args.seed, False)
         self.train_per_rank, self.steps_per_epoch = len(mine), self.train.steps
 
 
@@ -132,21 +146,34 @@ def warmup_rate(scaled_lr: float, warmup_epochs: int, size: int, epoch: int, ste
     return scaled_lr / size * (progress * (size - 1) / warmup_epochs + 1)
 
 
-class StepLoop:
-    """The epochs from a position to the last, with the run control after every step and at every epoch's end."""
+def no_commit(position: Position, history: List[Dict[str, float]]) -> None:
+    """A fixed run commits nothing after an epoch (its checkpoints are the run control's)."""
 
-    def __init__(self, args: argparse.Namespace, flag: StopFlag, ranks: Ranks, layout: Layout, model: torch.nn.Module,
+
+class StepLoop:
+    """The epochs from a position to the last with one layout's ranks, with the run control after every step and at
+    every epoch's end. ``nominal``: the rank count the learning rate is scaled for; ``neighbours``: the neighbour
+    strategy's exchange after every step (None: the optimizer averages the gradients)."""
+
+    def __init__(self, args: argparse.Namespace, flag: StopFlag, ranks: Ranks, model: torch.nn.Module,
                  net: torch.nn.Module, optimizer: torch.optim.Optimizer, checkpoints: RunCheckpoints,
-                 device: torch.device) -> None:
-        self.args, self.flag, self.ranks, self.layout = args, flag, ranks, layout
+                 device: torch.device, nominal: int, neighbours: Optional[NeighbourAveraging]) -> None:
+        self.args, self.flag, self.ranks, self.neighbours = args, flag, ranks, neighbours
         self.model, self.net, self.optimizer, self.checkpoints, self.device = model, net, optimizer, checkpoints, device
-        self.loss = loss_function(layout.multi)
-        self.scaled_lr = args.learning_rate * ranks.size
+        self.nominal, self.scaled_lr = nominal, args.learning_rate * nominal
         self.failures = injected_failures(args)
         self.seconds: List[float] = []
         self.first_step_unix: Optional[float] = None
-        gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        self.sent_bytes = float(allreduce_bytes_per_step(ranks.size, gradient_bytes))
+        self.layout: Layout
+        self.loss: torch.nn.Module
+
+    def sent_bytes_per_step(self) -> float:
+        """What a rank sent per step this epoch: one model per neighbour, or the ring allreduce's share of the
+        gradients."""
+        if self.neighbours is not None:
+            return self.neighbours.epoch_bytes_per_step()
+        gradient_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+        return float(allreduce_bytes_per_step(self.layout.size, gradient_bytes))
 
     def save(self, position: Position, history: List[Dict[str, float]], reason: str,
              sums: Optional[List[List[float]]] = None) -> None:
@@ -166,8 +193,9 @@ class StepLoop:
         self.ranks.barrier()
         raise StopRequested("stopped at epoch %d step %d on %s" % (position.epoch, position.step, stop_reason(self.flag)))
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, rate: float, sums: List[float]) -> None:
-        """One optimizer step at learning rate ``rate``; the batch's loss and answers added to ``sums``."""
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, rate: float, sums: List[float], step: int) -> None:
+        """One optimizer step (the run's ``step``-th, from 0) at learning rate ``rate``, and the neighbours' exchange
+        after it; the batch's loss and answers added to ``sums``."""
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         x, y = x.to(self.device), y.to(self.device)
@@ -176,6 +204,8 @@ class StepLoop:
         loss = self.loss(logits, y)
         loss.backward()
         self.optimizer.step()
+        if self.neighbours is not None:
+            self.neighbours.average(step)
         right, answers = correct(logits.detach(), y, self.layout.multi)
         sums[0] += float(loss.item()) * x.shape[0]
         sums[1] += right
@@ -197,9 +227,11 @@ class StepLoop:
         mean = self.ranks.allreduce_mean(mine).cpu()
         return self.ranks.mean_of([float(torch.linalg.vector_norm(mine - mean))])[0]
 
-    def __call__(self, position: Position, history: List[Dict[str, float]], carried: Optional[List[List[float]]]) -> None:
-        """Train from ``position`` to the last epoch."""
-        args, layout = self.args, self.layout
+    def __call__(self, layout: Layout, position: Position, history: List[Dict[str, float]],
+                 carried: Optional[List[List[float]]], committed: Callable = no_commit) -> None:  # type: ignore[type-arg]
+        """Train from ``position`` to the last epoch with ``layout``'s ranks; ``committed(position, history)`` after
+        each epoch."""
+        args, self.layout, self.loss = self.args, layout, loss_function(layout.multi)
         sums = list(carried[self.ranks.rank]) if carried is not None else [0.0] * len(SUMS)
         while position.epoch < args.epochs:
             started = time.perf_counter()
@@ -207,9 +239,9 @@ class StepLoop:
             for x, y in layout.train.epoch(position.epoch, position.step):
                 if self.first_step_unix is None:
                     self.first_step_unix = time.time()
-                rate = warmup_rate(self.scaled_lr, args.warmup_epochs, self.ranks.size, position.epoch, position.step,
+                rate = warmup_rate(self.scaled_lr, args.warmup_epochs, self.nominal, position.epoch, position.step,
                                    layout.steps_per_epoch)
-                self.train_step(x, y, rate, sums)
+                self.train_step(x, y, rate, sums, position.epoch * layout.steps_per_epoch + position.step)
                 for failure in self.failures:
                     failure.after_step(self.ranks.rank, position.epoch, position.step + 1)
                 position.step += 1
@@ -222,7 +254,7 @@ class StepLoop:
             row = {"loss": loss, "accuracy": accuracy, "lr": float(self.optimizer.param_groups[0]["lr"]),
                    **validation_metrics(self.net, layout, self.loss, self.device, self.ranks),
                    "consensus_distance": self.consensus_distance(),
-                   "sent_bytes_per_step": self.sent_bytes}
+                   "sent_bytes_per_step": self.sent_bytes_per_step()}
             row = {key: row[key] for key in sorted(row)}
             seconds = time.perf_counter() - started
             self.seconds.append(seconds)
@@ -237,6 +269,14 @@ class StepLoop:
                 self.stop(position, history, None)
             if checkpoint_due(position.epoch, args.epochs, args.checkpoint_every):
                 self.save(position, history, "epoch end")
+            committed(position, history)
+
+
+def check_mode(args: argparse.Namespace) -> None:
+    """ValueError naming what DistributedDataParallel cannot run (the neighbour strategy, elastic membership)."""
+    if args.distributed == "ddp" and (args.strategy != "allreduce" or args.elastic_ranks):
+        raise ValueError("distributed ddp trains with strategy allreduce at a fixed rank count (PyTorch's "
+                         "DistributedDataParallel has no elastic membership or neighbour averaging): use horovod")
 
 
 def train(args: argparse.Namespace, flag: StopFlag) -> None:
@@ -245,20 +285,26 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
     Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when
     the ranks stopped on a signal (``flag`` set; rank 0 saved a checkpoint first).
     """
-    if args.strategy != "allreduce" or args.elastic_ranks:
-        raise ValueError("the PyTorch trainer trains with strategy allreduce at a fixed rank count")
+    check_mode(args)
     ranks = set_up_rank(args)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    layout = Layout(args, ranks)
-    classes = int(layout.index["num_classes"])  # type: ignore[call-overload]
-    model = build_model(args.model, layout.index["feature_shape"], classes, layout.multi, args.hidden_units,  # type: ignore[arg-type]
-                        user_model_of(args)).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * ranks.size, momentum=args.momentum)
-    # wrapped first: Horovod's optimizer is a new object over the same parameter groups, with its own state, so the
-    # checkpoint is restored into (and saved from) the one that steps
-    net, optimizer = ranks.wrap(model, optimizer)
-    checkpoints = RunCheckpoints(args.checkpoint_dir, read_identity(args), args.keep_checkpoints, model, optimizer, ranks.rank,
-                                 ranks.size, ranks.barrier)
+    index = read_index(args.dataset)
+    multi = index["task"] == "multi-label"
+    model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi,  # type: ignore[arg-type,call-overload]
+                        args.hidden_units, user_model_of(args)).to(device)
+    # the rank count the global batch and the learning rate are set for: an elastic run keeps both when it changes
+    nominal = args.elastic_ranks or ranks.size
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * nominal, momentum=args.momentum)
+    neighbours = None
+    if args.strategy == "neighbour":
+        net, neighbours = model, NeighbourAveraging(horovod_api(ranks, "strategy neighbour"), model, args.topology,
+                                                    ranks.rank, ranks.size)
+    else:
+        # wrapped first: Horovod's optimizer is a new object over the same parameter groups, with its own state, so
+        # the checkpoint is restored into (and saved from) the one that steps
+        net, optimizer = ranks.wrap(model, optimizer)
+    checkpoints = RunCheckpoints(args.checkpoint_dir, read_identity(args), args.keep_checkpoints, model, optimizer,
+                                 ranks.rank, ranks.size, ranks.barrier, per_rank=neighbours is not None)
     resumed = checkpoints.restore()
     saved = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
     history: List[Dict[str, float]] = list(saved.get("history", []))  # type: ignore[arg-type]
@@ -267,13 +313,31 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
     if ranks.rank == 0:
         print("hvdflow: %s" % ("resuming from checkpoint %s at %s" % (resumed["name"], describe(resumed))
                                if resumed else "starting from scratch"), flush=True)
-    if not resumed:
+    if not resumed and not args.elastic_ranks:  # an elastic run's state is broadcast by Horovod's sync
         ranks.broadcast_start(model, optimizer)
-    loop = StepLoop(args, flag, ranks, layout, model, net, optimizer, checkpoints, device)
-    loop(position, history, saved.get("metric_sums"))  # type: ignore[arg-type]
+    loop = StepLoop(args, flag, ranks, model, net, optimizer, checkpoints, device, nominal, neighbours)
+
+    def make_layout() -> Layout:
+        ranks.follow_membership()
+        return Layout(args, ranks, args.batch_size * nominal)
+
+    if args.elastic_ranks:
+        hvd = horovod_api(ranks, "elastic")
+        state = hvd.elastic.TorchState(model, optimizer, epoch=position.epoch, step=position.step,
+                                       history=list(history), metric_sums=saved.get("metric_sums"))
+        layout, position, history = elastic_fit(state, hvd.elastic.run, hvd.allgather_object, checkpoints,
+                                                make_layout, loop, args.membership)
+    else:
+        layout = make_layout()
+        loop(layout, position, history, saved.get("metric_sums"))  # type: ignore[arg-type]
+    if position.epoch < args.epochs:  # Horovod's elastic wrapper returns quietly from errors it does not know
+        raise RuntimeError("training returned after %d of %d epochs" % (position.epoch, args.epochs))
+    if neighbours is not None:
+        average_once(neighbours.hvd, model)  # one model for the run: the ranks' average, in a fixed order (no fusion)
     if ranks.rank == 0:
         write_run_outputs(args, model, layout, history, loop.seconds)
         checkpoints.finish()
-    write_rank_result(args, ranks, model, position, start, loop, layout)
+    write_rank_result(args, ranks, model, position, start, loop, layout,
+                      args.topology if neighbours is not None else None)
     ranks.barrier()
     ranks.shutdown()

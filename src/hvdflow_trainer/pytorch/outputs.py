@@ -65,15 +65,15 @@ def gpu_facts() -> List[Dict[str, object]]:
 
 
 def write_rank_result(args: argparse.Namespace, ranks, model: torch.nn.Module, position: Position,  # type: ignore[no-untyped-def]
-                      start: Position, loop, layout) -> None:
+                      start: Position, loop, layout, topology: Optional[str] = None) -> None:
     """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
-    its run went."""
+    its run went; ``topology``: the neighbour strategy's graph."""
     import horovod
 
     result = rank_result(
         args, position, start, layout, gpu_facts(),
         rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank, local_size=ranks.local_size,
-        cross_rank=ranks.cross_rank, cross_size=ranks.cross_size, controller=ranks.controller(), topology=None,
+        cross_rank=ranks.cross_rank, cross_size=ranks.cross_size, controller=ranks.controller(), topology=topology,
         numerics=numerics(args), weights_sha256=weights_sha256(weights(model)),
         epoch_seconds=loop.seconds, first_step_unix=loop.first_step_unix,
         framework="torch", framework_version=torch.__version__, distributed=ranks.mode,
