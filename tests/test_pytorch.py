@@ -26,10 +26,12 @@ TORCH = {"dataset": "digits", "image": "hvdflow-torch-cpu", "ranks": 2, "model":
 def trained(demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
             torch_image: BuiltImage) -> Iterator[Pipeline]:
     """The digits trained in the torch image by Horovod (``hvd``), by DistributedDataParallel (``ddp``), the user's
-    own module of ``examples/torch-model`` (``mine``) and the user's own loop ``train_digits_torch.py`` (``loop``)."""
+    own module, loss and metrics of ``examples/torch-model`` (``mine``) and the user's own loop
+    ``train_digits_torch.py`` (``loop``)."""
     pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
         "hvd": {**TORCH, "distributed": "horovod"}, "ddp": {**TORCH, "distributed": "ddp"},
-        "mine": {**TORCH, "model": {"code": "examples/torch-model", "build": "cnn:build", "params": {"filters": 8}}},
+        "mine": {**TORCH, "model": {"code": "examples/torch-model", "build": "cnn:build", "params": {"filters": 8},
+                                    "loss": "cnn:loss", "metrics": "cnn:metrics"}},
         "loop": {**TORCH, "distributed": "ddp",
                  "model": {"code": "examples/training-script", "script": "train_digits_torch.py", "params": {"hidden": 32}}}})
     proc = pipeline.snakemake()
@@ -69,7 +71,7 @@ def test_pytorch_trains_with_horovod_and_ddp_to_one_model_evaluates_and_records_
     assert trained.processes() == []
 
 
-def test_a_users_own_torch_module_is_checked_trained_evaluated_and_recorded(trained: Pipeline) -> None:
+def test_a_users_own_torch_module_loss_and_metrics_are_checked_trained_evaluated_and_recorded(trained: Pipeline) -> None:
     check = trained.json("results/mine/model-check.json")
     # two 3x3 convolutions of 8 filters on 1 channel, 8 x 8 x 8 flattened into 32 units, 10 logits
     assert check["parameters"] == (8 * 9 + 8) + (8 * 8 * 9 + 8) + (512 * 32 + 32) + (32 * 10 + 10), check
@@ -78,6 +80,13 @@ def test_a_users_own_torch_module_is_checked_trained_evaluated_and_recorded(trai
     assert record["user_code"]["build"] == "cnn:build" and record["user_code"]["files"], record["user_code"]
     assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
     assert trained.json("results/mine/evaluation.json")["accuracy"] > 0.8
+    # the user's metric beside the accuracy: the true class among the 3 best logits, never rarer than the best one
+    history = trained.json("results/mine/run.json")["history"]
+    assert all(row["top3"] >= row["accuracy"] and row["val_top3"] >= row["val_accuracy"] for row in history), history
+    assert history[-1]["val_top3"] > 0.9
+    # the user's loss: cross-entropy with label smoothing 0.1 never falls below the entropy of the smoothed targets
+    # (0.91 on the class, 0.01 on each of the 9 others: 0.50 nats), where the task's loss falls towards 0
+    assert all(row["loss"] > 0.49 and row["val_loss"] > 0.49 for row in history) and history[-1]["loss"] < history[0]["loss"]
 
 
 def test_a_users_own_torch_training_loop_trains_under_ddp_and_its_traced_model_is_evaluated(trained: Pipeline) -> None:

@@ -27,3 +27,23 @@ def build(input_shape, num_classes, multi_label, filters=16, dense_units=32):
         nn.Linear(filters * height * width, dense_units), nn.ReLU(),
         nn.Linear(dense_units, num_classes),
     )
+
+
+def loss(num_classes, multi_label):
+    """Optional (``model.loss: cnn:loss``): the loss hvdflow trains with in place of the task's, here cross-entropy
+    with label smoothing (binary cross-entropy for multi-label data). It returns a callable ``(logits, targets)`` ->
+    the batch's mean, a scalar tensor."""
+    return nn.BCEWithLogitsLoss() if multi_label else nn.CrossEntropyLoss(label_smoothing=0.1)
+
+
+def metrics(num_classes, multi_label):
+    """Optional (``model.metrics: cnn:metrics``): metrics logged beside the loss and accuracy (``top3`` and
+    ``val_top3`` in history.csv), each ``(logits, targets)`` -> the batch's mean as a scalar tensor."""
+    if multi_label:
+        return {}
+
+    def top3(logits, targets):
+        best = logits.topk(min(3, num_classes), dim=1).indices
+        return (best == targets.unsqueeze(1)).any(dim=1).float().mean()
+
+    return {"top3": top3}

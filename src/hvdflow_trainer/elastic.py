@@ -10,8 +10,9 @@ batch divided by the new count), the steps per epoch and the loop's per-membersh
 (``make_layout``). Rank 0 appends to ``membership`` (JSON lines) each membership (epoch, step, ranks, hosts, its
 worker) and each epoch's end (ranks, samples, seconds), which the launcher turns into the run's timeline.
 
-The framework gives Horovod's ``elastic.run`` decorator of its API and its ``allgather_object``
-(:func:`elastic_fit`); the rest is here.
+The framework gives its part of Horovod's elastic API (:class:`ElasticApi`: its state class, ``elastic.run``
+decorator and ``allgather_object``); the rest is here, the choice between a fixed and an elastic run included
+(:func:`train_all_epochs`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from hvdflow_wire.elastic import EpochEnd, Membership, MembershipAppender
 
@@ -91,3 +92,32 @@ def elastic_fit(state, elastic_run: Callable, allgather_object: Callable, checkp
     if not last:
         raise RuntimeError("elastic training returned before its first epoch began")
     return last["layout"], last["position"], last["history"]
+
+
+class ElasticApi(NamedTuple):
+    """A framework's part of Horovod's elastic API."""
+
+    state: Callable  # type: ignore[type-arg]
+    """Makes the elastic state from ``epoch``, ``step``, ``history`` and ``metric_sums`` (the framework's state class
+    with its model and optimizer bound)."""
+    run: Callable  # type: ignore[type-arg]
+    """Horovod's ``elastic.run`` decorator of the framework's API."""
+    allgather_object: Callable  # type: ignore[type-arg]
+
+
+def train_all_epochs(epochs: int, make_layout: Callable, fit_epochs: Callable, position: Position,  # type: ignore[type-arg]
+                     history: List[Dict[str, float]], metric_sums: Optional[List[List[float]]], checkpoints,  # type: ignore[no-untyped-def]
+                     membership: str, elastic: Optional[ElasticApi]) -> Tuple[Any, Position, List[Dict[str, float]]]:
+    """Train from ``position`` to epoch ``epochs`` with the ranks there are (``elastic`` None) or under Horovod's
+    elastic API; ``(layout, position, history)`` of the last membership. RuntimeError if training returned short of
+    the last epoch (Horovod's elastic wrapper returns quietly from errors it does not know)."""
+    if elastic is None:
+        layout = make_layout()
+        fit_epochs(layout, position, history, metric_sums)
+    else:
+        state = elastic.state(epoch=position.epoch, step=position.step, history=list(history), metric_sums=metric_sums)
+        layout, position, history = elastic_fit(state, elastic.run, elastic.allgather_object, checkpoints,
+                                                make_layout, fit_epochs, membership)
+    if position.epoch < epochs:
+        raise RuntimeError("training returned after %d of %d epochs" % (position.epoch, epochs))
+    return layout, position, history

@@ -104,11 +104,6 @@ class TrainSpec:
         if unsupported and self.distributed == "ddp":
             raise LaunchError(f"distributed ddp cannot run {', '.join(unsupported)}: PyTorch's DistributedDataParallel "
                               "has no elastic membership or neighbour averaging (use distributed horovod)")
-        mine = self.model if isinstance(self.model, Mapping) else {}
-        if mine.get("loss") or mine.get("metrics"):
-            raise LaunchError("framework pytorch does not run a loss or metrics of your own (model.loss, "
-                              "model.metrics) yet in hvdflow: its PyTorch trainer uses the task's loss (write your own "
-                              "loop with model.script, or use framework tensorflow)")
 
     def _check_elastic(self) -> None:
         low, high = self.min_ranks, self.max_ranks

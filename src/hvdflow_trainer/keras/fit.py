@@ -28,7 +28,7 @@ import tensorflow as tf
 from hvdflow_index import read_index, verified_shards
 from hvdflow_runstate import position as describe
 
-from ..elastic import elastic_fit
+from ..elastic import ElasticApi, train_all_epochs
 from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
 from ..placement import pick_gpu
@@ -216,16 +216,12 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
         # broadcast here instead (a resumed rank keeps its own restored state)
         hvd_tf.broadcast_variables(model.variables, root_rank=0)
     make_layout = functools.partial(Layout, args, data, args.batch_size * nominal)
+    elastic = None
     if args.elastic_ranks:
-        state = hvd.elastic.KerasState(model, optimizer, epoch=position.epoch, step=position.step,
-                                       history=list(history), metric_sums=saved.get("metric_sums"))
-        layout, position, history = elastic_fit(state, hvd.elastic.run, hvd_tf.allgather_object, checkpoints,
-                                                make_layout, loop, args.membership)
-    else:
-        layout = make_layout()
-        loop(layout, position, history, saved.get("metric_sums"))  # type: ignore[arg-type]
-    if position.epoch < args.epochs:  # Horovod's elastic wrapper returns quietly from errors it does not know
-        raise RuntimeError("training returned after %d of %d epochs" % (position.epoch, args.epochs))
+        elastic = ElasticApi(functools.partial(hvd.elastic.KerasState, model, optimizer), hvd.elastic.run,
+                             hvd_tf.allgather_object)
+    layout, position, history = train_all_epochs(args.epochs, make_layout, loop, position, history,
+                                                 saved.get("metric_sums"), checkpoints, args.membership, elastic)  # type: ignore[arg-type]
     if neighbours is not None:
         average_once(model.weights)  # one model for the run: the ranks' average, in a fixed order (no fusion)
     if hvd.rank() == 0:

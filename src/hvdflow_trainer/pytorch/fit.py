@@ -24,6 +24,7 @@ the rate; torch's SGD applies the rate after the momentum, which is that correct
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -36,7 +37,7 @@ import torch
 from hvdflow_index import read_index, verified_shards
 from hvdflow_runstate import position as describe
 
-from ..elastic import elastic_fit
+from ..elastic import ElasticApi, train_all_epochs
 from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
 from ..neighbours import allreduce_bytes_per_step
@@ -45,12 +46,13 @@ from ..user_code import user_model_of
 from .checkpoints import RunCheckpoints
 from .comm import Ranks, horovod_api, join_ranks
 from .data import RankBatches, SplitRecords, rank_positions
-from .models import build_model, correct, loss_function
+from .models import Metric, build_model, correct, loss_and_metrics
 from .neighbours import NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
 
 SUMS = ("loss", "right", "answers", "samples")
-"""A rank's running sums over an epoch's steps: the sample-weighted loss, right answers, answers, samples."""
+"""A rank's running sums over an epoch's steps: the sample-weighted loss, right answers, answers, samples; then the
+sample-weighted values of the user's metrics, in name order."""
 
 
 def local_gpu() -> Optional[int]:
@@ -113,22 +115,42 @@ class Layout:
         self.train_per_rank, self.steps_per_epoch = len(mine), self.train.steps
 
 
-def validation_metrics(net: torch.nn.Module, layout: Layout, loss_of: torch.nn.Module, device: torch.device,
-                       ranks: Ranks) -> Dict[str, float]:
-    """``val_loss`` and ``val_accuracy`` of ``net`` (logits) on this rank's validation share, averaged over the ranks
-    (every rank calls it)."""
+def add_batch(sums: List[float], loss: float, logits: torch.Tensor, y: torch.Tensor, multi: bool,
+              metrics: Dict[str, Metric]) -> None:
+    """A batch's loss (its mean), answers and metrics added to the running ``sums`` (:data:`SUMS`)."""
+    right, answers = correct(logits, y, multi)
+    samples = logits.shape[0]
+    sums[0] += loss * samples
+    sums[1] += right
+    sums[2] += answers
+    sums[3] += samples
+    for i, metric in enumerate(metrics.values()):
+        sums[len(SUMS) + i] += float(metric(logits, y)) * samples
+
+
+def epoch_row(sums: List[float], metrics: Dict[str, Metric], ranks: Ranks, prefix: str = "") -> Dict[str, float]:
+    """The epoch's loss, accuracy and metrics from every rank's ``sums``, averaged over the ranks (every rank calls
+    it); ``prefix``: ``val_`` for the validation's."""
+    samples = max(sums[3], 1)
+    means = ranks.mean_of([sums[0] / samples, sums[1] / max(sums[2], 1)]
+                          + [s / samples for s in sums[len(SUMS):]])
+    names = ["loss", "accuracy"] + list(metrics)
+    return {prefix + name: value for name, value in zip(names, means)}
+
+
+def validation_metrics(net: torch.nn.Module, layout: Layout, loss_of: Metric, metrics: Dict[str, Metric],
+                       device: torch.device, ranks: Ranks) -> Dict[str, float]:
+    """``val_loss``, ``val_accuracy`` and each ``val_<metric>`` of ``net`` (logits) on this rank's validation share,
+    averaged over the ranks (every rank calls it)."""
     net.eval()
-    sums = [0.0] * len(SUMS)
+    sums = [0.0] * (len(SUMS) + len(metrics))
     with torch.no_grad():
         for x, y in layout.val.epoch(0):
             x, y = x.to(device), y.to(device)
             logits = net(x)
-            right, answers = correct(logits, y, layout.multi)
-            sums = [sums[0] + float(loss_of(logits, y).item()) * x.shape[0], sums[1] + right, sums[2] + answers,
-                    sums[3] + x.shape[0]]
+            add_batch(sums, float(loss_of(logits, y).item()), logits, y, layout.multi, metrics)
     net.train()
-    loss, accuracy = ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
-    return {"val_loss": loss, "val_accuracy": accuracy}
+    return epoch_row(sums, metrics, ranks, "val_")
 
 
 def read_identity(args: argparse.Namespace) -> Dict[str, object]:
@@ -157,15 +179,17 @@ class StepLoop:
 
     def __init__(self, args: argparse.Namespace, flag: StopFlag, ranks: Ranks, model: torch.nn.Module,
                  net: torch.nn.Module, optimizer: torch.optim.Optimizer, checkpoints: RunCheckpoints,
-                 device: torch.device, nominal: int, neighbours: Optional[NeighbourAveraging]) -> None:
+                 device: torch.device, nominal: int, neighbours: Optional[NeighbourAveraging],
+                 loss: Metric, metrics: Dict[str, Metric]) -> None:
+        """``loss`` and ``metrics``: what trains the model and what is logged beside the loss and accuracy."""
         self.args, self.flag, self.ranks, self.neighbours = args, flag, ranks, neighbours
+        self.loss, self.metrics = loss, metrics
         self.model, self.net, self.optimizer, self.checkpoints, self.device = model, net, optimizer, checkpoints, device
         self.nominal, self.scaled_lr = nominal, args.learning_rate * nominal
         self.failures = injected_failures(args)
         self.seconds: List[float] = []
         self.first_step_unix: Optional[float] = None
         self.layout: Layout
-        self.loss: torch.nn.Module
 
     def sent_bytes_per_step(self) -> float:
         """What a rank sent per step this epoch: one model per neighbour, or the ring allreduce's share of the
@@ -206,11 +230,8 @@ class StepLoop:
         self.optimizer.step()
         if self.neighbours is not None:
             self.neighbours.average(step)
-        right, answers = correct(logits.detach(), y, self.layout.multi)
-        sums[0] += float(loss.item()) * x.shape[0]
-        sums[1] += right
-        sums[2] += answers
-        sums[3] += x.shape[0]
+        with torch.no_grad():
+            add_batch(sums, float(loss.item()), logits.detach(), y, self.layout.multi, self.metrics)
 
     def average_statistics(self) -> None:
         """BatchNorm's running statistics (the floating buffers) averaged over the ranks, as the Keras trainer does."""
@@ -231,8 +252,9 @@ class StepLoop:
                  carried: Optional[List[List[float]]], committed: Callable = no_commit) -> None:  # type: ignore[type-arg]
         """Train from ``position`` to the last epoch with ``layout``'s ranks; ``committed(position, history)`` after
         each epoch."""
-        args, self.layout, self.loss = self.args, layout, loss_function(layout.multi)
-        sums = list(carried[self.ranks.rank]) if carried is not None else [0.0] * len(SUMS)
+        args, self.layout = self.args, layout
+        fresh = [0.0] * (len(SUMS) + len(self.metrics))
+        sums = list(carried[self.ranks.rank]) if carried is not None else list(fresh)
         while position.epoch < args.epochs:
             started = time.perf_counter()
             stop_at_epoch_end = False
@@ -250,9 +272,8 @@ class StepLoop:
                         self.stop(position, history, sums)
                     stop_at_epoch_end = True
             self.average_statistics()
-            loss, accuracy = self.ranks.mean_of([sums[0] / max(sums[3], 1), sums[1] / max(sums[2], 1)])
-            row = {"loss": loss, "accuracy": accuracy, "lr": float(self.optimizer.param_groups[0]["lr"]),
-                   **validation_metrics(self.net, layout, self.loss, self.device, self.ranks),
+            row = {**epoch_row(sums, self.metrics, self.ranks), "lr": float(self.optimizer.param_groups[0]["lr"]),
+                   **validation_metrics(self.net, layout, self.loss, self.metrics, self.device, self.ranks),
                    "consensus_distance": self.consensus_distance(),
                    "sent_bytes_per_step": self.sent_bytes_per_step()}
             row = {key: row[key] for key in sorted(row)}
@@ -262,7 +283,7 @@ class StepLoop:
             for failure in self.failures:
                 failure.after_epoch(self.ranks.rank, position.epoch)
             position.epoch, position.step = position.epoch + 1, 0
-            sums = [0.0] * len(SUMS)
+            sums = list(fresh)
             if self.ranks.rank == 0:
                 print(progress_line(position.epoch, args.epochs, row, seconds), flush=True)
             if stop_at_epoch_end and position.epoch < args.epochs:
@@ -290,8 +311,10 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     index = read_index(args.dataset)
     multi = index["task"] == "multi-label"
+    user = user_model_of(args)
     model = build_model(args.model, index["feature_shape"], int(index["num_classes"]), multi,  # type: ignore[arg-type,call-overload]
-                        args.hidden_units, user_model_of(args)).to(device)
+                        args.hidden_units, user).to(device)
+    loss, metrics = loss_and_metrics(user, int(index["num_classes"]), multi)  # type: ignore[call-overload]
     # the rank count the global batch and the learning rate are set for: an elastic run keeps both when it changes
     nominal = args.elastic_ranks or ranks.size
     optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate * nominal, momentum=args.momentum)
@@ -315,23 +338,19 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
                                if resumed else "starting from scratch"), flush=True)
     if not resumed and not args.elastic_ranks:  # an elastic run's state is broadcast by Horovod's sync
         ranks.broadcast_start(model, optimizer)
-    loop = StepLoop(args, flag, ranks, model, net, optimizer, checkpoints, device, nominal, neighbours)
+    loop = StepLoop(args, flag, ranks, model, net, optimizer, checkpoints, device, nominal, neighbours, loss, metrics)
 
     def make_layout() -> Layout:
         ranks.follow_membership()
         return Layout(args, ranks, args.batch_size * nominal)
 
+    elastic = None
     if args.elastic_ranks:
         hvd = horovod_api(ranks, "elastic")
-        state = hvd.elastic.TorchState(model, optimizer, epoch=position.epoch, step=position.step,
-                                       history=list(history), metric_sums=saved.get("metric_sums"))
-        layout, position, history = elastic_fit(state, hvd.elastic.run, hvd.allgather_object, checkpoints,
-                                                make_layout, loop, args.membership)
-    else:
-        layout = make_layout()
-        loop(layout, position, history, saved.get("metric_sums"))  # type: ignore[arg-type]
-    if position.epoch < args.epochs:  # Horovod's elastic wrapper returns quietly from errors it does not know
-        raise RuntimeError("training returned after %d of %d epochs" % (position.epoch, args.epochs))
+        elastic = ElasticApi(functools.partial(hvd.elastic.TorchState, model, optimizer), hvd.elastic.run,
+                             hvd.allgather_object)
+    layout, position, history = train_all_epochs(args.epochs, make_layout, loop, position, history,
+                                                 saved.get("metric_sums"), checkpoints, args.membership, elastic)  # type: ignore[arg-type]
     if neighbours is not None:
         average_once(neighbours.hvd, model)  # one model for the run: the ranks' average, in a fixed order (no fusion)
     if ranks.rank == 0:

@@ -11,17 +11,21 @@ Every model ends in ``num_classes`` logits; the loss applies the softmax (single
 
 A user's own model (``--model user``) is a ``torch.nn.Module`` their build function returns; it gets
 ``input_shape`` as the tensors arrive, ``(channels, height, width)`` for images, and is checked to give
-``num_classes`` outputs on one batch of zeros.
+``num_classes`` outputs on one batch of zeros. A user's loss function (``--model-loss``) returns a callable
+``loss(logits, targets)`` giving the batch's mean as a scalar tensor, in place of the task's; a user's metrics function
+(``--model-metrics``) returns ``{name: metric(logits, targets)}``, each giving the batch's mean, which the trainer
+averages over the samples and the ranks and logs beside the accuracy (``name`` and ``val_name``). Both are called
+with ``num_classes`` and ``multi_label``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user
+from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user, call, load_function, user_frame
 
 MODELS = ("mlp", "small-cnn", "resnet50")
 CNN_FILTERS = (32, 64, 128)
@@ -116,17 +120,22 @@ def check_user_model(user: UserModelRef, feature_shape: Sequence[int], num_class
     model = build_user_model(user, shape, num_classes, multi_label)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     y = torch.zeros((2, num_classes)) if multi_label else torch.zeros((2,), dtype=torch.int64)
+    loss_of, metrics = loss_and_metrics(user, num_classes, multi_label)
     try:
-        loss = loss_function(multi_label)(model(torch.zeros((2,) + shape)), y)
+        logits = model(torch.zeros((2,) + shape))
+        loss = batch_mean(user.loss or "the task's loss", loss_of, logits, y)
         loss.backward()
         optimizer.step()
-    except RuntimeError as exc:
+        for name, metric in metrics.items():
+            float(batch_mean("%s (metric %s)" % (user.metrics, name), metric, logits.detach(), y))
+    except (RuntimeError, TypeError, ValueError) as exc:  # torch's errors, and a loss or metric called wrongly
         first = str(exc).splitlines()[0]
         if "deterministic" in first:
             raise UserCodeError("%s: an op of the model has no deterministic implementation: %s (set deterministic: "
                                 "false in the experiment to train it without deterministic algorithms)"
                                 % (user.build, first)) from None
-        raise UserCodeError("%s: a training step of the built model failed: %s" % (user.build, first)) from None
+        raise UserCodeError("%s: a training step of the built model failed: %s%s"
+                            % (user.build, first, user_frame(exc, user.code))) from None
     return {"build": user.build, "parameters": sum(p.numel() for p in model.parameters()),
             "output_shape": [None, num_classes], "input_shape": list(shape), "num_classes": num_classes,
             "multi_label": multi_label}
@@ -135,6 +144,46 @@ def check_user_model(user: UserModelRef, feature_shape: Sequence[int], num_class
 def loss_function(multi_label: bool) -> nn.Module:
     """The task's loss on logits: binary cross-entropy (multi-label) or cross-entropy (single-label), batch means."""
     return nn.BCEWithLogitsLoss() if multi_label else nn.CrossEntropyLoss()
+
+
+Metric = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""A loss or metric on a batch: ``(logits, targets)`` to the batch's mean."""
+RESERVED_NAMES = ("loss", "accuracy", "lr", "consensus_distance", "sent_bytes_per_step")
+"""The history's own columns, which a user's metric may not take."""
+
+
+def loss_and_metrics(user: Optional[UserModelRef], num_classes: int, multi_label: bool
+                     ) -> Tuple[Metric, Dict[str, Metric]]:
+    """The loss to train with (the task's, or the user's loss function's) and the user's metrics by name (none
+    unless given); UserCodeError naming a function that returns something else."""
+    loss: Metric = loss_function(multi_label)
+    metrics: Dict[str, Metric] = {}
+    arguments = {"num_classes": num_classes, "multi_label": multi_label}
+    if user is not None and user.loss:
+        loss = call(load_function(user.code, user.loss), user.loss, user.code, **arguments)
+        if not callable(loss):
+            raise UserCodeError("%s returned %s, not a loss: return a callable loss(logits, targets) such as a "
+                                "torch.nn loss module" % (user.loss, type(loss).__name__))
+    if user is not None and user.metrics:
+        made = call(load_function(user.code, user.metrics), user.metrics, user.code, **arguments)
+        if not isinstance(made, dict) or not all(isinstance(k, str) and callable(v) for k, v in made.items()):
+            raise UserCodeError("%s returned %s: return a dict {name: metric(logits, targets)} of callables"
+                                % (user.metrics, type(made).__name__))
+        clash = sorted(k for k in made if k in RESERVED_NAMES or k.startswith("val_") or not k.isidentifier())
+        if clash:
+            raise UserCodeError("%s: metric names %s are taken or unusable (the history has %s, and val_<name> for "
+                                "validation): rename them" % (user.metrics, ", ".join(clash), ", ".join(RESERVED_NAMES)))
+        metrics = dict(sorted(made.items()))
+    return loss, metrics
+
+
+def batch_mean(what: str, function: Metric, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``function(logits, y)``, which must be one number (a scalar tensor); UserCodeError naming ``what`` else."""
+    value = function(logits, y)
+    if not isinstance(value, torch.Tensor) or value.dim() != 0:
+        found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+        raise UserCodeError("%s gave %s for a batch: it must return the batch's mean as a scalar tensor" % (what, found))
+    return value
 
 
 def correct(logits: torch.Tensor, y: torch.Tensor, multi_label: bool) -> Tuple[float, int]:

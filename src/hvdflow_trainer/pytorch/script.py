@@ -123,7 +123,7 @@ class ScriptRun(ScriptEpochs):
     def validate(self, model: torch.nn.Module) -> Dict[str, float]:
         """``val_loss`` and ``val_accuracy`` of ``model`` (logits) on the ranks' validation shares with the task's
         loss and accuracy, averaged over the ranks (every rank calls it)."""
-        return validation_metrics(model, self._layout, self.loss, self.device, self._ranks)
+        return validation_metrics(model, self._layout, self.loss, {}, self.device, self._ranks)
 
     def end_epoch(self, metrics: Dict[str, float]) -> None:
         """End the epoch: ``metrics`` (at least :data:`REPORTED`) averaged over the ranks into the history, rank 0's
