@@ -221,3 +221,82 @@ def test_image_pin_writes_the_sha256_of_pypis_files_and_the_recipe_loads(tmp_pat
             "    --hash=sha256:ff70335d468e7eb6ec65b95b99d3a2836546063f63acc5171de367e834932a81\n") in text
     assert "macosx" not in text and load_recipe(path).requirement_lines() == ["tensorflow-cpu==2.15.1", "six==1.17.0"]
     assert pin_requirement_hashes(requirements) == 2 and requirements.read_text() == text, "pinning again changes nothing"
+
+
+def _base_edit(path: Path, base: str) -> Path:
+    """The recipe at ``path`` with these lines added under ``base:``."""
+    path.write_text(path.read_text().replace("base:\n", "base:\n" + base, 1))
+    return path
+
+
+def test_debian_components_are_main_unless_the_recipe_names_more_and_bad_ones_are_named(tmp_path: Path) -> None:
+    recipe = load_recipe(_recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\n"))
+    assert (recipe.components, recipe.debconf) == (("main",), ())
+    wider = load_recipe(_base_edit(_recipe(tmp_path / "b", f"tensorflow-cpu==2.15.1{HASH}\n"),
+                                   "  components: [main, contrib, non-free]\n"))
+    assert wider.components == ("main", "contrib", "non-free")
+    for components, message in (("[main, nonfree]", r"'nonfree' is not a component of Debian's archive \(main, contrib"),
+                                 ("[contrib]", r"\['contrib'\] lacks main"),
+                                 ("[main, contrib, main]", r"names a component twice"),
+                                 ("main", r"expected list, got 'main'")):
+        path = _base_edit(_recipe(tmp_path / components, f"tensorflow-cpu==2.15.1{HASH}\n"),
+                          f"  components: {components}\n")
+        with pytest.raises(ConfigError, match=r"recipe.yaml: base.components.*" + message):
+            load_recipe(path)
+
+
+def test_debconf_answers_are_checked(tmp_path: Path) -> None:
+    line = "nvidia-cudnn nvidia-cudnn/question select I Decline"
+    recipe = load_recipe(_base_edit(_recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\n"), f"  debconf: ['{line}']\n"))
+    assert recipe.debconf == (line,)
+    for bad in ("nvidia-cudnn I Decline", "nvidia-cudnn nvidia-cudnn/question choose I Decline"):
+        path = _base_edit(_recipe(tmp_path / bad.replace(" ", "_"), f"tensorflow-cpu==2.15.1{HASH}\n"),
+                          f"  debconf: ['{bad}']\n")
+        with pytest.raises(ConfigError, match=r"base.debconf\[0\]: .* is not a debconf answer `package question type"):
+            load_recipe(path)
+
+
+def test_mmdebstrap_names_components_and_debconf_answers_only_where_a_recipe_has_them(tmp_path: Path) -> None:
+    from hvdflow.images.build.rootfs import mmdebstrap_argv
+    from hvdflow.images.build.rootless import mmdebstrap_mode
+    from hvdflow.images.build.toolchain import build_root_argv
+
+    cpu = load_recipe(load_catalog(CATALOG)["hvdflow-cpu"].recipe)  # type: ignore[arg-type]
+    # a main-only recipe: the command it always had (and so the same image digest)
+    assert mmdebstrap_argv(cpu, tmp_path / "root", "/p.pref") == [
+        "mmdebstrap", *mmdebstrap_mode(), "--variant=minbase",
+        "--include=python3,python3-pip,ca-certificates,libopenmpi3,openmpi-bin,netbase,procps",
+        '--setup-hook=mkdir -p "$1"/etc/apt/preferences.d && cp /p.pref "$1"/etc/apt/preferences.d/hvdflow-pins',
+        '--customize-hook=rm -f "$1"/etc/apt/preferences.d/hvdflow-pins "$1"/etc/resolv.conf "$1"/etc/hostname',
+        "bookworm", str(tmp_path / "root")]
+    oldest = load_recipe(load_catalog(CATALOG)["hvdflow-cpu-oldest"].recipe)  # type: ignore[arg-type]
+    assert not [a for a in build_root_argv(oldest, tmp_path) if a.startswith(("--components", "--essential-hook"))]
+    gpu = load_recipe(load_catalog(CATALOG)["hvdflow-torch-gpu"].recipe)  # type: ignore[arg-type]
+    hook = ("--essential-hook=echo 'nvidia-cudnn nvidia-cudnn/question select I Decline' | chroot \"$1\" "
+            "debconf-set-selections")
+    for argv in (mmdebstrap_argv(gpu, tmp_path / "root", "/p.pref"), build_root_argv(gpu, tmp_path / "root")):
+        assert argv[:2 + len(mmdebstrap_mode())][-1] == "--variant=minbase"
+        assert "--components=main,contrib,non-free" in argv and hook in argv
+        assert argv.index(hook) < next(i for i, a in enumerate(argv) if a.startswith("--include="))
+
+
+def test_debians_cuda_torch_is_debians_torch(tmp_path: Path) -> None:
+    from hvdflow.images.build.rootfs import horovod_check
+
+    gpu = load_recipe(load_catalog(CATALOG)["hvdflow-torch-gpu"].recipe)  # type: ignore[arg-type]
+    assert gpu.horovod is not None and gpu.horovod.framework_version == "2.6.0"
+    assert gpu.horovod.patches[0].resolve() == REPO / "containers" / "hvdflow-torch-cpu" / "horovod-cxx17.patch"
+    assert "assert hvd.gloo_built()" in horovod_check(gpu) and "assert hvd.nccl_built()" in horovod_check(gpu)
+    cpu = load_recipe(load_catalog(CATALOG)["hvdflow-torch-cpu"].recipe)  # type: ignore[arg-type]
+    assert "nccl_built" not in horovod_check(cpu)
+    shutil.copytree(REPO / "containers", tmp_path / "containers")
+    recipe = tmp_path / "containers" / "hvdflow-torch-gpu" / "recipe.yaml"
+    manifest = recipe.parent / "debian-packages.txt"
+    manifest.write_text("python3 3.13.5-1\npython3-torch-cuda 2.6.0+dfsg-7+b1\n")
+    assert load_recipe(recipe).horovod.framework_version == "2.6.0"  # type: ignore[union-attr]
+    manifest.write_text("python3-torch-cuda 2.7.1+dfsg-1\n")
+    with pytest.raises(ConfigError, match=r"horovod.torch is 2.6.0 but .* pins python3-torch-cuda 2.7.1\+dfsg-1"):
+        load_recipe(recipe)
+    manifest.write_text("python3 3.13.5-1\n")
+    with pytest.raises(ConfigError, match=r"has no python3-torch or python3-torch-cuda"):
+        load_recipe(recipe)

@@ -153,7 +153,7 @@ def parse_time_error(tree: Path, profile: str, monkeypatch: pytest.MonkeyPatch) 
      "distributed ddp cannot run strategy neighbour: PyTorch's DistributedDataParallel has no elastic membership"),
     (lambda c: c["experiments"]["demo"].update(framework="keras"), "'keras' is not one of ['tensorflow', 'pytorch']"),
     (lambda c: c["benchmark"].update(frameworks=["pytorch-ddp"], torch_image="hvdflow-cpu"),
-     "benchmark.torch_image: 'hvdflow-cpu' holds no pytorch (framework pytorch trains in hvdflow-torch-cpu)"),
+     "benchmark.torch_image: 'hvdflow-cpu' holds no pytorch (framework pytorch trains in hvdflow-torch-cpu, hvdflow-torch-gpu)"),
 ])
 def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str,  # type: ignore[no-untyped-def]
                                            monkeypatch: pytest.MonkeyPatch) -> None:

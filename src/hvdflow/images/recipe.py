@@ -91,6 +91,14 @@ class Recipe:
     python_bytecode: str = "keep"
     """``keep`` the ``.pyc`` files Debian and pip write, or ``drop`` them: Python before 3.11 marshals them with
     references that depend on reference counts, so they differ from build to build and the digest with them."""
+    components: tuple[str, ...] = ("main",)
+    """The Debian archive components apt takes packages from (``base.components``), for the image's root filesystem
+    and the build root alike: ``main`` unless the recipe needs ``contrib`` (Debian's CUDA torch, NCCL) or
+    ``non-free`` (NVIDIA's CUDA toolkit and libraries)."""
+    debconf: tuple[str, ...] = ()
+    """debconf answers (``base.debconf``, ``debconf-set-selections`` lines: ``package question type value``) given
+    before apt installs the recipe's packages, in the image's root filesystem and the build root alike: a package
+    whose default answer would download something outside Debian's archive is told not to."""
 
     def requirement_lines(self) -> list[str]:
         """The pinned requirements (``name==version``, their hashes dropped), comments and blank lines removed."""
@@ -126,6 +134,36 @@ def _str_map(where: str, value: object) -> tuple[tuple[str, str], ...]:
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 BYTECODE_CHOICES = ("keep", "drop")
+DEBIAN_COMPONENTS = ("main", "contrib", "non-free", "non-free-firmware")
+"""The components of Debian's archive a recipe may name in ``base.components``."""
+DEFAULT_COMPONENTS = ("main",)
+DEBCONF_TYPES = ("boolean", "select", "multiselect", "string", "password", "note", "text", "title")
+_DEBCONF_LINE = re.compile(r"^(\S+)\s+(\S+/\S+)\s+(\S+)(?:\s+(.*))?$")
+
+
+def _components(where: str, value: object) -> tuple[str, ...]:
+    """``base.components``: Debian archive components, ``main`` among them, each named once."""
+    components = _str_list(where, value)
+    unknown = [name for name in components if name not in DEBIAN_COMPONENTS]
+    if unknown:
+        raise ConfigError(f"{where}: {', '.join(map(repr, unknown))} is not a component of Debian's archive "
+                          f"({', '.join(DEBIAN_COMPONENTS)})")
+    if "main" not in components:
+        raise ConfigError(f"{where}: {list(components)} lacks main, which holds Debian's essential packages")
+    if len(set(components)) != len(components):
+        raise ConfigError(f"{where}: {list(components)} names a component twice")
+    return components
+
+
+def _debconf(where: str, value: object) -> tuple[str, ...]:
+    """``base.debconf``: ``debconf-set-selections`` lines, ``package question type value``, one per item."""
+    lines = _str_list(where, value)
+    for i, line in enumerate(lines):
+        match = _DEBCONF_LINE.match(line.strip())
+        if not match or match.group(3) not in DEBCONF_TYPES:
+            raise ConfigError(f"{where}[{i}]: {line!r} is not a debconf answer `package question type value` (question "
+                              f"`package/name`, type one of {', '.join(DEBCONF_TYPES)})")
+    return tuple(line.strip() for line in lines)
 
 
 def load_proot_build(path: Path) -> ProotBuild:
@@ -197,7 +235,7 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
     check_keys(where, data, ("base", "source_date_epoch", "apt_packages", "debian_packages", "python_requirements",
                              "env", "layers"), ("horovod", "proot", "python_bytecode"))
     base = expect(f"{where}: base", data["base"], dict)
-    check_keys(f"{where}: base", base, ("suite", "variant"))
+    check_keys(f"{where}: base", base, ("suite", "variant"), ("components", "debconf"))
     layers = expect(f"{where}: layers", data["layers"], dict)
     check_keys(f"{where}: layers", layers, ("python",))
     requirements = path.parent / str(expect(f"{where}: python_requirements", data["python_requirements"], str))
@@ -224,6 +262,8 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
         python_layer=_str_list(f"{where}: layers.python", layers["python"]),
         proot=load_proot_build(path.parent / str(expect(f"{where}: proot", data["proot"], str))) if "proot" in data else None,
         python_bytecode=bytecode,
+        components=_components(f"{where}: base.components", base.get("components", list(DEFAULT_COMPONENTS))),
+        debconf=_debconf(f"{where}: base.debconf", base.get("debconf", [])),
     )
     pins = {}
     for line in _logical_lines(requirements):
@@ -247,19 +287,24 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
     return recipe
 
 
+DEBIAN_TORCH_PACKAGES = ("python3-torch", "python3-torch-cuda")
+"""Debian's torch: built for the CPU (main) or for CUDA (contrib; the two conflict, one per image)."""
+
+
 def _check_debian_torch(recipe: Recipe, version: str) -> None:
-    """The recipe's ``horovod.torch`` must be the upstream version of the python3-torch its Debian manifest pins
-    (when there is a manifest: ``--debian pin`` writes the first)."""
+    """The recipe's ``horovod.torch`` must be the upstream version of the Debian torch (python3-torch, or its CUDA
+    build python3-torch-cuda) its Debian manifest pins (when there is a manifest: ``--debian pin`` writes the
+    first)."""
     if not recipe.debian_packages.is_file():
         return
     for line in recipe.debian_packages.read_text().splitlines():
         fields = line.split()
-        if len(fields) == 2 and fields[0] == "python3-torch":
+        if len(fields) == 2 and fields[0] in DEBIAN_TORCH_PACKAGES:
             upstream = fields[1].split(":")[-1].split("+")[0].split("-")[0]
             if upstream != version:
                 raise ConfigError(f"{recipe.path}: horovod.torch is {version} but {recipe.debian_packages} pins "
-                                  f"python3-torch {fields[1]}; the Horovod wheel only works with the torch it was built "
+                                  f"{fields[0]} {fields[1]}; the Horovod wheel only works with the torch it was built "
                                   "against")
             return
-    raise ConfigError(f"{recipe.path}: horovod.torch is {version} but {recipe.debian_packages} has no python3-torch: "
-                      "add python3-torch to apt_packages")
+    raise ConfigError(f"{recipe.path}: horovod.torch is {version} but {recipe.debian_packages} has no "
+                      f"{' or '.join(DEBIAN_TORCH_PACKAGES)}: add one to apt_packages")

@@ -19,7 +19,7 @@ from hvdflow.errors import ConfigError
 from hvdflow.images.build.commands import BuildError, run_step
 from hvdflow.images.build.pins import apt_preferences, check_debian_packages, read_debian_manifest, write_debian_manifest
 from hvdflow.images.build.rootless import mmdebstrap_mode
-from hvdflow.images.build.toolchain import chroot_argv
+from hvdflow.images.build.toolchain import chroot_argv, debian_options
 from hvdflow.images.build.wheels import pip_install_argvs
 from hvdflow.images.recipe import Recipe
 
@@ -33,11 +33,14 @@ _PREFERENCES = "etc/apt/preferences.d/hvdflow-pins"
 
 def horovod_check(recipe: Recipe) -> str:
     """Python code that fails unless Horovod imports with the recipe's framework (TensorFlow at its pinned version,
-    or torch at Debian's upstream version) and has the controllers the recipe asks for."""
+    or torch at Debian's upstream version) and has the controllers the recipe asks for, and NCCL where its GPU
+    operations are NCCL's (a build flag: ``nccl_built()`` needs no GPU)."""
     assert recipe.horovod is not None
     switches = dict(recipe.horovod.build_env)
     checks = [f"hvd.{name}_built()" for name, flag in (("gloo", "HOROVOD_WITH_GLOO"), ("mpi", "HOROVOD_WITH_MPI"))
               if switches.get(flag) == "1"]
+    if switches.get("HOROVOD_GPU_OPERATIONS") == "NCCL":
+        checks.append("hvd.nccl_built()")
     framework, version = recipe.horovod.framework, recipe.horovod.framework_version
     module = {"tensorflow": "horovod.tensorflow", "torch": "horovod.torch"}[framework]
     return (f"import horovod, {module} as hvd, {framework} as fw\n"
@@ -64,6 +67,16 @@ def installed_packages(root: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line)
 
 
+def mmdebstrap_argv(recipe: Recipe, dest: Path, preferences: str) -> list[str]:
+    """The mmdebstrap command that makes the Debian part of the image in ``dest``, apt pinned by the preferences
+    file ``preferences`` (copied in before apt runs, removed with resolv.conf and hostname at the end)."""
+    return ["mmdebstrap", *mmdebstrap_mode(), f"--variant={recipe.variant}", *debian_options(recipe),
+            "--include=" + ",".join(recipe.apt_packages),
+            f'--setup-hook=mkdir -p "$1"/etc/apt/preferences.d && cp {preferences} "$1"/{_PREFERENCES}',
+            f'--customize-hook=rm -f "$1"/{_PREFERENCES} "$1"/etc/resolv.conf "$1"/etc/hostname',
+            recipe.suite, str(dest)]
+
+
 def _debian(recipe: Recipe, dest: Path, log: Path, mode: str) -> None:
     """mmdebstrap the Debian part into ``dest``, pinned to the recipe's manifest as ``mode`` (``pins.DEBIAN_MODES``)
     says."""
@@ -77,10 +90,7 @@ def _debian(recipe: Recipe, dest: Path, log: Path, mode: str) -> None:
         preferences.write(apt_preferences(pinned))
         preferences.flush()
         os.chmod(preferences.name, 0o644)
-        run_step(["mmdebstrap", *mmdebstrap_mode(), f"--variant={recipe.variant}", "--include=" + ",".join(recipe.apt_packages),
-                  f'--setup-hook=mkdir -p "$1"/etc/apt/preferences.d && cp {preferences.name} "$1"/{_PREFERENCES}',
-                  f'--customize-hook=rm -f "$1"/{_PREFERENCES} "$1"/etc/resolv.conf "$1"/etc/hostname',
-                  recipe.suite, str(dest)], log, env=env)
+        run_step(mmdebstrap_argv(recipe, dest, preferences.name), log, env=env)
     found = installed_packages(dest)
     if pin:
         write_debian_manifest(recipe.debian_packages, found, recipe.suite)
@@ -101,7 +111,8 @@ def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path]
     shutil.copytree(wheelhouse, stage)
     shutil.copy2(recipe.requirements, stage / "requirements.txt")
     # PIP_BREAK_SYSTEM_PACKAGES, not the option: bookworm's pip needs it, bullseye's pip 20.3 knows no such option
-    in_root = chroot_argv(dest, [], {"SOURCE_DATE_EPOCH": str(recipe.source_date_epoch), "PIP_BREAK_SYSTEM_PACKAGES": "1"})
+    build_env = {"SOURCE_DATE_EPOCH": str(recipe.source_date_epoch), "PIP_BREAK_SYSTEM_PACKAGES": "1"}
+    in_root = chroot_argv(dest, [], build_env)
     pip = in_root + ["python3", "-m", "pip"]
     flags = ["--no-warn-script-location"]
     if horovod_wheel is not None:
@@ -110,8 +121,8 @@ def build_rootfs(recipe: Recipe, wheelhouse: Path, horovod_wheel: Optional[Path]
     requirements = f"/{_STAGE}/requirements.txt" if recipe.requirement_lines() else None
     for argv in pip_install_argvs(pip, f"/{_STAGE}", requirements, staged_wheel):
         run_step(argv + flags, log)
-    if horovod_wheel is not None:
-        run_step(in_root + ["python3", "-c", horovod_check(recipe)], log)
+    if horovod_wheel is not None:  # with the image's environment too, as its containers have it (LD_LIBRARY_PATH)
+        run_step(chroot_argv(dest, ["python3", "-c", horovod_check(recipe)], {**build_env, **dict(recipe.env)}), log)
     for rel in _CLEAN:
         target = dest / rel
         if target.is_dir() and not target.is_symlink():

@@ -10,6 +10,7 @@ network set up) for the toolchain's interpreter and glibc.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -20,7 +21,7 @@ from typing import Mapping, Optional, Sequence
 from hvdflow.files.cache import cache_root, content_key, source_fingerprint
 from hvdflow.images.build.commands import BuildError, run_step
 from hvdflow.images.build.rootless import mmdebstrap_mode
-from hvdflow.images.recipe import Recipe
+from hvdflow.images.recipe import DEFAULT_COMPONENTS, Recipe
 
 HOST_PYTHON = "/usr/bin/python3"
 BUILD_ROOT_PACKAGES = ("python3", "python3-venv", "python3-dev", "binutils")
@@ -113,6 +114,17 @@ def chroot_argv(root: Path, argv: Sequence[str], env: Optional[Mapping[str, str]
             "env", "-i", _PATH, "HOME=/root", "LANG=C.UTF-8", *extra, *argv]
 
 
+def debian_options(recipe: Recipe) -> list[str]:
+    """mmdebstrap's options for the recipe's Debian sources and debconf answers, for the image's root filesystem and
+    the build root alike: ``--components`` where the recipe names more than ``main`` (without it mmdebstrap takes
+    main only, and the command of a main-only recipe stays what it always was), and one ``--essential-hook`` per
+    debconf answer, which ``debconf-set-selections`` records once the essential packages are in and before apt
+    installs the recipe's (mmdebstrap's documented way)."""
+    options = [] if recipe.components == DEFAULT_COMPONENTS else ["--components=" + ",".join(recipe.components)]
+    return options + [f'--essential-hook=echo {shlex.quote(line)} | chroot "$1" debconf-set-selections'
+                      for line in recipe.debconf]
+
+
 def _probe(argv: list[str]) -> tuple[str, str]:
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -142,19 +154,26 @@ def toolchain_for(recipe: Recipe, log: Path) -> Toolchain:
     return Toolchain(root, *_probe(chroot_argv(root, ["python3", "-c", _PROBE])))
 
 
+def build_root_argv(recipe: Recipe, root: Path) -> list[str]:
+    """The mmdebstrap command that makes the build root of ``recipe`` in ``root``."""
+    packages = sorted({*BUILD_ROOT_PACKAGES, *(recipe.horovod.build_apt_packages if recipe.horovod else ())})
+    return ["mmdebstrap", *mmdebstrap_mode(), "--variant=minbase", *debian_options(recipe),
+            "--include=" + ",".join(packages), recipe.suite, str(root)]
+
+
 def ensure_build_root(recipe: Recipe, log: Path) -> Path:
     """A Debian root of the recipe's release with python3 and the Horovod build's packages, made once and cached
-    (keyed by the release, the packages and this code)."""
+    (keyed by the release, its components, the debconf answers, the packages and this code)."""
     packages = sorted({*BUILD_ROOT_PACKAGES, *(recipe.horovod.build_apt_packages if recipe.horovod else ())})
-    key = content_key(recipe.suite, *packages, source_fingerprint(Path(__file__)))[:16]
+    key = content_key(recipe.suite, "components", *recipe.components, "debconf", *recipe.debconf, "packages",
+                      *packages, source_fingerprint(Path(__file__)))[:16]
     final = cache_root() / "build-roots" / f"{recipe.suite}-{key}"
     if (final / "COMPLETE").exists():
         return final / "root"
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     try:
-        run_step(["mmdebstrap", *mmdebstrap_mode(), "--variant=minbase", "--include=" + ",".join(packages),
-                  recipe.suite, str(tmp / "root")], log)
+        run_step(build_root_argv(recipe, tmp / "root"), log)
         (tmp / "COMPLETE").write_text("")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)

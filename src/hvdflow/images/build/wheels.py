@@ -81,11 +81,13 @@ def horovod_wheel_key(recipe: Recipe, toolchain: Toolchain) -> str:
     horovod = horovod_of(recipe)
     switches = dict(horovod.build_env)
     mpi = toolchain.package_version("libopenmpi-dev") if switches.get("HOROVOD_WITH_MPI") == "1" else "none"
-    # the compiler the build names (CXX=g++-13), else Debian's default; Debian's torch by its libtorch-dev
+    # the compiler the build names (CXX=g++-13), else Debian's default; a torch build by every Debian package it
+    # names at its version: the torch it compiles against (libtorch-dev, or libtorch-cuda-dev), and for a CUDA build
+    # the toolkit (nvcc) and NCCL
     compiler = switches.get("CXX", "g++")
     framework = (horovod.framework, horovod.framework_version)
     if horovod.framework == "torch":
-        framework += ("libtorch-dev", toolchain.package_version("libtorch-dev"))
+        framework += tuple(f"{name} {toolchain.package_version(name)}" for name in sorted(horovod.build_apt_packages))
     return content_key("horovod", horovod.version, horovod.sdist_sha256, *framework, horovod.patches_fingerprint(),
                        "requirements", recipe.requirements.read_bytes(),  # the build venv: pip, setuptools, TF's headers
                        "python", toolchain.python_version, compiler, toolchain.package_version(compiler), "mpi", mpi,
