@@ -293,20 +293,12 @@ class StepLoop:
             committed(position, history)
 
 
-def check_mode(args: argparse.Namespace) -> None:
-    """ValueError naming what DistributedDataParallel cannot run (the neighbour strategy, elastic membership)."""
-    if args.distributed == "ddp" and (args.strategy != "allreduce" or args.elastic_ranks):
-        raise ValueError("distributed ddp trains with strategy allreduce at a fixed rank count (PyTorch's "
-                         "DistributedDataParallel has no elastic membership or neighbour averaging): use horovod")
-
-
 def train(args: argparse.Namespace, flag: StopFlag) -> None:
     """Train on the dataset at ``args.dataset``; write the outputs and this rank's result into ``args.out``.
 
     Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when
     the ranks stopped on a signal (``flag`` set; rank 0 saved a checkpoint first).
     """
-    check_mode(args)
     ranks = set_up_rank(args)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     index = read_index(args.dataset)

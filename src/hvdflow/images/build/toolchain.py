@@ -154,19 +154,22 @@ def toolchain_for(recipe: Recipe, log: Path) -> Toolchain:
     return Toolchain(root, *_probe(chroot_argv(root, ["python3", "-c", _PROBE])))
 
 
+def build_root_packages(recipe: Recipe) -> list[str]:
+    """The Debian packages of the build root of ``recipe``: python3 and the Horovod build's, sorted."""
+    return sorted({*BUILD_ROOT_PACKAGES, *(recipe.horovod.build_apt_packages if recipe.horovod else ())})
+
+
 def build_root_argv(recipe: Recipe, root: Path) -> list[str]:
     """The mmdebstrap command that makes the build root of ``recipe`` in ``root``."""
-    packages = sorted({*BUILD_ROOT_PACKAGES, *(recipe.horovod.build_apt_packages if recipe.horovod else ())})
     return ["mmdebstrap", *mmdebstrap_mode(), "--variant=minbase", *debian_options(recipe),
-            "--include=" + ",".join(packages), recipe.suite, str(root)]
+            "--include=" + ",".join(build_root_packages(recipe)), recipe.suite, str(root)]
 
 
 def ensure_build_root(recipe: Recipe, log: Path) -> Path:
     """A Debian root of the recipe's release with python3 and the Horovod build's packages, made once and cached
     (keyed by the release, its components, the debconf answers, the packages and this code)."""
-    packages = sorted({*BUILD_ROOT_PACKAGES, *(recipe.horovod.build_apt_packages if recipe.horovod else ())})
     key = content_key(recipe.suite, "components", *recipe.components, "debconf", *recipe.debconf, "packages",
-                      *packages, source_fingerprint(Path(__file__)))[:16]
+                      *build_root_packages(recipe), source_fingerprint(Path(__file__)))[:16]
     final = cache_root() / "build-roots" / f"{recipe.suite}-{key}"
     if (final / "COMPLETE").exists():
         return final / "root"
