@@ -19,15 +19,22 @@ export PYTHONPATH="$HVDFLOW_ROOT/src"
 # waiting on Slurm's timers (time limits, KillWait, requeues), beside everything else. Each lane has its own pytest
 # session, registry and udocker directory, its own ordinary user and folder in that user's home (conftest.py: LANE);
 # image builds and venvs are made once, the other lane waiting on their lock.
-bed_log=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/test-lane-testbed.log
+cache=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}
+bed_log=$cache/test-lane-testbed.log
 lane() { HVDFLOW_TEST_LANE=$1 exec "$venv/bin/python" -m pytest --basetemp="/tmp/hvdflow-pytest-$1" -m "$2"; }
+# the images the lanes need, built beside them one after the other in the order the test bed's lane uses them (a
+# lane's fixture waits on the build lock and finds its image built; a failed build here is the fixture's to name)
+log "images built beside the lanes (cached ones taken): log in $cache/test-images.log"
+"$venv/bin/python" tests/lane_images.py "$cache/test-images-build.log" > "$cache/test-images.log" 2>&1 < /dev/null &
+images=$!
 log "lane testbed (-m slurm) runs beside this one; its output follows this lane's, and is in $bed_log meanwhile"
 # its own ordinary user too: what one lane's tests check of the user's processes and files (/tmp included) is theirs
 (export HVDFLOW_TEST_USER=${HVDFLOW_TEST_USER:-hvdflow-ci}-bed; lane testbed slurm) > "$bed_log" 2>&1 < /dev/null &
 bed=$!
-trap 'kill "$bed" 2>/dev/null || true' EXIT
+trap 'kill "$bed" "$images" 2>/dev/null || true' EXIT
 rest=0; (lane rest "not slurm") || rest=$?
 testbed=0; wait "$bed" || testbed=$?
+wait "$images" || log "building the images beside the lanes failed (the fixtures built or named them): $(tail -3 "$cache/test-images.log")"
 trap - EXIT
 log "lane testbed (-m slurm), exit status $testbed:"
 cat "$bed_log"

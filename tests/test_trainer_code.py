@@ -93,3 +93,14 @@ def test_a_rank_that_has_ended_ignores_stop_signals_through_its_exit() -> None:
     assert ignored.returncode == 75, ignored.stderr
     default = subprocess.run([sys.executable, "-c", code, "default"], env=env, capture_output=True, timeout=60)
     assert default.returncode == -signal.SIGINT   # what the exit's default disposition does to a late Ctrl-C
+
+
+def test_a_rank_leaving_by_os_exit_keeps_the_status_sys_exit_would_give() -> None:
+    from hvdflow_trainer.rank_exit import exit_status, gloo_group_alive
+
+    assert [exit_status(None), exit_status(0), exit_status(75)] == [0, 0, 75]
+    proc = subprocess.run([sys.executable, "-c", "from hvdflow_trainer.rank_exit import exit_status; "
+                           "import sys; sys.exit(exit_status('bad config'))"],
+                          cwd=REPO / "src", capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, "bad config\n")
+    assert not gloo_group_alive()  # no torch.distributed in this process: the trainer ends as Python ends it

@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from hvdflow_index import write_json
 
 from . import user_code
+from .rank_exit import run_rank
 from .user_code import USER_MODEL
 
 SHAPES: Dict[str, Tuple[Tuple[int, ...], int, bool]] = {
@@ -143,4 +144,4 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_rank(main)

@@ -19,6 +19,7 @@ from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 
 from . import faults, user_code
 from .neighbours import TOPOLOGIES
+from .rank_exit import run_rank
 from .run_control import StopFlag, StopRequested
 
 FRAMEWORKS = ("tensorflow", "pytorch")
@@ -93,4 +94,4 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_rank(main)
