@@ -18,7 +18,7 @@ from hvdflow.images.build.oci import ImageConfig, LayerSpec, prefix_filter, writ
 from hvdflow.images.build.pins import read_debian_manifest
 from hvdflow.images.build.proot import ensure_proot, proot_key
 from hvdflow.images.build.rootfs import build_rootfs
-from hvdflow.images.build.toolchain import Toolchain, toolchain_for
+from hvdflow.images.build.toolchain import Toolchain, made_toolchain, toolchain_for
 from hvdflow.images.build.wheels import ensure_horovod_wheel, ensure_wheelhouse, horovod_wheel_key
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.recipe import load_recipe
@@ -105,6 +105,11 @@ def build_image(spec: ImageSpec, log: Path, debian: str = "check", progress: Opt
     """
     if spec.recipe is None:
         raise ConfigError(f"image {spec.name} has no recipe in the catalogue; it can only be pulled")
+    if debian != "pin":  # an image in the cache is found without waiting for another image's build
+        toolchain = made_toolchain(load_recipe(spec.recipe))
+        cached = image_cache_dir(spec, toolchain) if toolchain is not None else None
+        if cached is not None and (cached / "index.json").is_file():  # renamed into place whole (write_oci_layout)
+            return BuiltImage(cached, spec.tag, _read_manifest_digest(cached))
     lock = cache_root() / "build.lock"  # beside images/, which holds only images
     with exclusive_lock(lock, BUILD_LOCK_TIMEOUT, f"building {spec.name}"):
         return _build(spec, spec.recipe, log, debian, progress or BuildProgress())

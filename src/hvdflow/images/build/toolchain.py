@@ -165,12 +165,27 @@ def build_root_argv(recipe: Recipe, root: Path) -> list[str]:
             "--include=" + ",".join(build_root_packages(recipe)), recipe.suite, str(root)]
 
 
-def ensure_build_root(recipe: Recipe, log: Path) -> Path:
-    """A Debian root of the recipe's release with python3 and the Horovod build's packages, made once and cached
-    (keyed by the release, its components, the debconf answers, the packages and this code)."""
+def made_toolchain(recipe: Recipe) -> Optional[Toolchain]:
+    """The toolchain of ``recipe`` where it needs no making (the host's, or a build root already made); else None."""
+    if recipe.suite == host_suite():
+        return host_toolchain()
+    final = _build_root_dir(recipe)
+    if not (final / "COMPLETE").exists():
+        return None
+    return Toolchain(final / "root", *_probe(chroot_argv(final / "root", ["python3", "-c", _PROBE])))
+
+
+def _build_root_dir(recipe: Recipe) -> Path:
+    """Where the build root of ``recipe`` is cached (keyed by the release, its components, the debconf answers, the
+    packages and this code)."""
     key = content_key(recipe.suite, "components", *recipe.components, "debconf", *recipe.debconf, "packages",
                       *build_root_packages(recipe), source_fingerprint(Path(__file__)))[:16]
-    final = cache_root() / "build-roots" / f"{recipe.suite}-{key}"
+    return cache_root() / "build-roots" / f"{recipe.suite}-{key}"
+
+
+def ensure_build_root(recipe: Recipe, log: Path) -> Path:
+    """A Debian root of the recipe's release with python3 and the Horovod build's packages, made once and cached."""
+    final = _build_root_dir(recipe)
     if (final / "COMPLETE").exists():
         return final / "root"
     final.parent.mkdir(parents=True, exist_ok=True)
