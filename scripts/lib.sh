@@ -8,7 +8,7 @@ HVDFLOW_PYTHON=/usr/bin/python3   # Debian's interpreter: venvs made from it are
 # namespace), Open MPI, Horovod's build tools (patch: our patches to its sources).
 HVDFLOW_APT_PACKAGES=(
   python3 python3-venv python3-dev python3-pip ca-certificates curl binutils file git procps
-  proot docker-registry skopeo mmdebstrap uidmap busybox-static
+  proot runc docker-registry skopeo mmdebstrap uidmap busybox-static
   openmpi-bin libopenmpi-dev g++ make cmake libtalloc-dev pkg-config patch
 )
 

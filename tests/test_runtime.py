@@ -4,6 +4,8 @@ knows which runtimes exist."""
 from __future__ import annotations
 
 import ast
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ from conftest import REPO
 from hvdflow.config.profile import RUNTIMES
 from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.runc_probe import RuncProbe
 from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
 from hvdflow.launch.runtime.base import KINDS
 from hvdflow.launch.runtime.udocker import LAST_EXIT
@@ -168,3 +171,72 @@ def test_last_exit_names_a_command_it_cannot_start() -> None:
     proc = subprocess.run([sys.executable, "-S", "-m", "hvdflow_trainer.last_exit", "--", "/nonexistent/python3"],
                           capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO / "src")})
     assert proc.returncode == 127 and "cannot start /nonexistent/python3" in proc.stderr
+
+
+WAITS_FOR_A_SIGNAL = """
+import os, signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[1] + ".got", "w").write(signal.Signals(signum).name)
+    sys.exit(3)
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    signal.signal(sig, stop)
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(60)
+"""
+
+
+def _init_of_new_pid_namespace(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """last_exit as PID 1 of a new pid namespace (as udocker's R1 runs it under runc), the command waiting for a
+    signal; the parent (unshare, as runc) and the host pid of the init."""
+    parent = subprocess.Popen(["unshare", "--user", "--map-root-user", "--pid", "--fork", sys.executable, "-S", "-m",
+                               "hvdflow_trainer.last_exit", "--", sys.executable, "-c", WAITS_FOR_A_SIGNAL,
+                               str(tmp_path / "pid")], env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"},
+                              text=True, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists():
+        assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()  # type: ignore[union-attr]
+        time.sleep(0.05)
+    init = int(Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()[0])
+    nspid = [line for line in Path(f"/proc/{init}/status").read_text().splitlines() if line.startswith("NSpid:")]
+    assert nspid[0].split()[-1] == "1", nspid
+    return parent, init
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGUSR1])
+def test_last_exit_as_a_pid_namespaces_init_passes_stop_signals_on_and_dies_with_its_parent(
+        tmp_path: Path, sig: signal.Signals) -> None:
+    # runc passes its signals to the container's init only, and the kernel gives a namespace's init only those it
+    # handles: before, the command never saw a Ctrl-C or the scheduler's warning under R1
+    parent, init = _init_of_new_pid_namespace(tmp_path)
+    os.kill(init, sig)
+    assert parent.wait(30) == 3
+    assert (tmp_path / "pid.got").read_text() == sig.name
+    # a SIGKILL of the parent (the hard stop of runc's process group): the init asked for SIGKILL at its death, and
+    # the namespace's processes end with it
+    (tmp_path / "pid").unlink()
+    parent, init = _init_of_new_pid_namespace(tmp_path)
+    command = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(30)
+    deadline = time.monotonic() + 10
+    while (_alive(init) or _alive(command)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(init) and not _alive(command)
+
+
+def test_r1_is_refused_by_name_where_user_namespaces_are_disabled_or_runc_is_missing() -> None:
+    # a real refusal: max_user_namespaces set to 0 inside a user namespace of the test's own (the kernel then
+    # refuses every further one, as a site's sysctl does)
+    probe = ("from hvdflow.images.runc_probe import probe_runc_mode; import platform; "
+             "p = probe_runc_mode(); print(p.problem('R1')); print(platform.node())")
+    limited = subprocess.run([sys.executable, str(REPO / "tests" / "limit_userns.py"), "0", sys.executable, "-c",
+                              probe], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO / "src")})
+    problem, node = limited.stdout.splitlines()
+    assert problem == (f"user namespaces are disabled on {node} (user.max_user_namespaces = 0): execmode R1 cannot "
+                       "run; use execmode P1"), limited.stderr
+    allowed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                             env={"PYTHONPATH": str(REPO / "src")})
+    assert allowed.stdout.splitlines()[0] == "None", allowed.stdout  # here: runc installed (scripts/lib.sh), allowed
+    assert RuncProbe("n3", None, "96364", None).problem("R1") == (
+        "runc is not installed on n3 (looked for it on PATH and in /usr/sbin, /sbin): execmode R1 cannot run; "
+        "install runc (Debian: apt install runc), or use execmode P1")

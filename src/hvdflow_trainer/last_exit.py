@@ -10,7 +10,12 @@ signal for a command killed by one, as a shell reports it).
 
 Signals: the wrapper keeps the dispositions it was started with (an ignored stop signal stays ignored, and the
 command inherits that as before), except that a Ctrl-C, which reaches the command itself through the process group,
-does not end the wrapper before the command. Stdlib only, started with ``python3 -S`` (tens of milliseconds).
+does not end the wrapper before the command. Under udocker's R1 the wrapper is PID 1 of the container's own pid
+namespace, in a session of its own: runc passes the signals it gets to this process only, and the kernel delivers
+to a namespace's init only the signals it handles. There the wrapper passes :data:`FORWARDED` on to the command
+(which still starts with the dispositions the wrapper was started with), and asks the kernel for SIGKILL when runc,
+its parent, dies (PR_SET_PDEATHSIG): a SIGKILL of the launcher's process group then ends the whole container, where
+it left it running before. Stdlib only, started with ``python3 -S`` (tens of milliseconds).
 
 ``python3 -S -m hvdflow_trainer.last_exit -- COMMAND [ARGS...]``
 """
@@ -25,17 +30,61 @@ import sys
 import time
 from typing import List, Optional
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
+"""What the wrapper passes on to the command as a pid namespace's init: the stop signals and a hang-up."""
 LEFTOVER_GRACE = 2.0
 """Seconds that processes the command left behind get between SIGTERM and SIGKILL."""
 
 
+def _prctl(option: int, value: int, name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, value, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "prctl(%s): %s" % (name, os.strerror(err)))
+
+
 def become_subreaper() -> None:
     """Make orphaned descendants this process's children (prctl PR_SET_CHILD_SUBREAPER), so they are reaped here."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, "prctl(PR_SET_CHILD_SUBREAPER): %s" % os.strerror(err))
+    _prctl(PR_SET_CHILD_SUBREAPER, 1, "PR_SET_CHILD_SUBREAPER")
+
+
+class Forwarder:
+    """As a pid namespace's init: :data:`FORWARDED` signals passed on to the command (kept until it has started)."""
+
+    def __init__(self) -> None:
+        self.started_with = {sig: signal.getsignal(sig) for sig in FORWARDED}
+        self.child: Optional["subprocess.Popen[bytes]"] = None
+        self.pending: List[int] = []
+        for sig in FORWARDED:
+            signal.signal(sig, self._handle)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "PR_SET_PDEATHSIG")
+
+    def restore_in_child(self) -> None:
+        """In the command's process before its exec: the dispositions this wrapper was started with."""
+        for sig, disposition in self.started_with.items():
+            if disposition is signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_IGN)
+
+    def started(self, child: "subprocess.Popen[bytes]") -> None:
+        """The command runs: pass on what came before it."""
+        self.child = child
+        for sig in self.pending:
+            self._send(sig)
+        self.pending = []
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.child is None:
+            self.pending.append(signum)
+        else:
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        try:
+            os.kill(self.child.pid, signum)  # type: ignore[union-attr]
+        except ProcessLookupError:
+            pass
 
 
 def children() -> List[int]:
@@ -90,13 +139,16 @@ def shell_status(returncode: int) -> int:
 def run(command: List[str]) -> int:
     """Run ``command`` as this process's child, end what it leaves behind, and return its exit status."""
     become_subreaper()
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    forwarder = Forwarder() if os.getpid() == 1 else None
+    if forwarder is None and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, lambda signum, frame: None)  # the command got it too, from the group
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, preexec_fn=forwarder.restore_in_child if forwarder else None)
     except OSError as exc:
         print("hvdflow: cannot start %s: %s" % (command[0], exc), file=sys.stderr, flush=True)
         return 127
+    if forwarder is not None:
+        forwarder.started(child)
     code = child.wait()
     end_leftovers()
     return shell_status(code)

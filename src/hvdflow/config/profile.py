@@ -18,6 +18,7 @@ from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
 from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES
 from hvdflow.images.offline import NO_REGISTRY
+from hvdflow.images.runc_probe import launcher_refused
 
 RUNTIMES = ("udocker", "native")
 LAUNCHERS = ("gloo", "mpi")
@@ -120,12 +121,18 @@ def load_profile(path: Path) -> ClusterProfile:
     if scheduler == "none" and "slurm" in data:
         raise ConfigError(f"{where}: slurm: given but scheduler is none (set scheduler: slurm)")
     cpu_bind = _cpu_bind(f"{where}: cpu_bind", _expand(f"{where}: cpu_bind", data.get("cpu_bind", "cores")), scheduler)
+    launcher = _choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS)
+    if execmode is not None:
+        execmode = _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), EXECMODES)
+        refused = launcher_refused(execmode, launcher)
+        if refused is not None:
+            raise ConfigError(f"{where}: {refused}")
     return ClusterProfile(
         path=path,
         registry=registry,
         runtime=_choice(f"{where}: runtime", _expand(f"{where}: runtime", data["runtime"]), RUNTIMES),
-        launcher=_choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS),
-        execmode=None if execmode is None else _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), EXECMODES),
+        launcher=launcher,
+        execmode=execmode,
         proot=_choice(f"{where}: proot", _expand(f"{where}: proot", data.get("proot", "image")), PROOT_ENGINES),
         udocker_dir=Path(_expand(f"{where}: udocker_dir", data.get("udocker_dir", str(home / ".local/share/hvdflow/udocker")))),
         network_interface=interface,

@@ -19,11 +19,12 @@ from hvdflow.errors import HvdflowError, RegistryUnreachable
 from hvdflow.files.heartbeat import size_text
 from hvdflow.files.private import in_shared_place
 from hvdflow.images.build.rootless import rootless_problem
-from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.catalog import RUNC_MODES, ImageSpec
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, pinned_container
 from hvdflow.images.registry import resolve_manifest
+from hvdflow.images.runc_probe import probe_runc_mode
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
 
@@ -147,19 +148,17 @@ def proot_runs(profile: ClusterProfile) -> Finding:
     return ok("proot", f"{proot} runs commands (ptrace allowed)")
 
 
-def user_namespaces() -> Finding:
-    """Whether this user may create user namespaces (udocker's runc modes, and rootless image builds, need them)."""
-    limit = Path("/proc/sys/user/max_user_namespaces")
-    count = limit.read_text().strip() if limit.exists() else "unknown"
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return warning("user namespaces", f"max_user_namespaces = {count}; no unshare to try one",
-                       "install util-linux to check; P1 (proot) needs no user namespaces")
-    proc = subprocess.run([unshare, "--user", "--map-root-user", "true"], capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        return warning("user namespaces", f"max_user_namespaces = {count}; unshare --user failed: "
-                       f"{proc.stderr.strip()[-200:]}", "the faster runc modes are unavailable; P1 (proot) works")
-    return ok("user namespaces", f"allowed (max_user_namespaces = {count})")
+def user_namespaces(execmode: Optional[str]) -> Finding:
+    """Whether udocker's runc mode (R1) can run here: user namespaces for this user and runc (rootless image builds
+    need the namespaces too); a failure where the profile's ``execmode`` is R1, else a warning."""
+    probe = probe_runc_mode()
+    problem = probe.problem("R1")
+    if problem is not None:
+        if execmode in RUNC_MODES:
+            return failure("user namespaces and runc", problem, "set execmode: P1 in the profile's hvdflow.yaml")
+        return warning("user namespaces and runc", problem, "P1 (proot) needs neither")
+    return ok("user namespaces and runc", f"allowed (max_user_namespaces = {probe.max_user_namespaces}); runc: "
+              f"{probe.runc}: execmode R1 can run here")
 
 
 def image_builds() -> Finding:

@@ -83,7 +83,7 @@ def _runtime_checks(cluster: ClusterProfile, catalog: dict[str, ImageSpec], lock
     if cluster.runtime == "udocker":
         findings += [host.udocker_directory(cluster), host.seccomp_trace(),
                      host.proot_runs(cluster)]
-    findings += [host.user_namespaces(), host.image_builds()]
+    findings += [host.user_namespaces(cluster.execmode), host.image_builds()]
     findings += host.images_available(cluster, catalog, lock, used)
     mpi = host.open_mpi(cluster, [catalog[name] for name in used])
     return findings + ([mpi] if mpi is not None else [])

@@ -20,10 +20,11 @@ from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
-from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.catalog import RUNC_MODES, ImageSpec
 from hvdflow.images.lockfile import check_against_lock, read_lock, write_lock_entry
 from hvdflow.images.registry import Manifest, resolve_manifest
 from hvdflow.images.registry_auth import Credentials
+from hvdflow.images.runc_probe import require_runc_mode
 from hvdflow.images.udocker import Udocker
 
 PULL_LOCK_TIMEOUT = float(os.environ.get("HVDFLOW_LOCK_TIMEOUT", "1800"))
@@ -47,9 +48,12 @@ class ContainerRecord:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
 
-def container_name(spec: ImageSpec, digest: str) -> str:
-    """The container name of ``spec`` at ``digest``: a new digest gets a new container."""
-    return f"{spec.name}-{digest.split(':', 1)[1][:12]}"
+def container_name(spec: ImageSpec, digest: str, execmode: str) -> str:
+    """The container name of ``spec`` at ``digest`` in ``execmode``: a new digest gets a new container, and runc's
+    modes one of their own (R1 replaces the root's /etc/hosts, passwd and group by links to its per-run copies, which
+    proot's modes would then follow to nothing)."""
+    name = f"{spec.name}-{digest.split(':', 1)[1][:12]}"
+    return f"{name}-{execmode.lower()}" if execmode in RUNC_MODES else name
 
 
 def _record_path(udocker: Udocker, name: str) -> Path:
@@ -158,8 +162,9 @@ def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmod
     entry = read_lock(lock_path).get(spec.name)
     if entry is None or entry.reference != spec.reference:
         return None
-    record = read_container_record(udocker, container_name(spec, entry.digest))
-    if record is None or record.digest != entry.digest or record.execmode != (execmode or spec.execmode):
+    mode = execmode or spec.execmode
+    record = read_container_record(udocker, container_name(spec, entry.digest, mode))
+    if record is None or record.digest != entry.digest or record.execmode != mode:
         return None
     return record if (udocker.udocker_dir / "containers" / record.container).is_dir() else None
 
@@ -167,7 +172,9 @@ def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmod
 def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, execmode: str | None = None) -> ContainerRecord:
     """The container of ``spec`` at ``manifest.digest``: created, set up and probed once, then reused."""
     mode = execmode or spec.execmode
-    name = container_name(spec, manifest.digest)
+    if mode in RUNC_MODES:
+        require_runc_mode(mode)
+    name = container_name(spec, manifest.digest, mode)
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"creating container {name}"):
         record = read_container_record(udocker, name)
         if record is not None and record.execmode == mode and (udocker.udocker_dir / "containers" / name).exists():

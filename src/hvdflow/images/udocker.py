@@ -26,6 +26,26 @@ ROOT_REFUSAL = (
 )
 
 
+LAUNCHER = Path(__file__).with_name("udocker_launcher.py")
+"""What hvdflow runs as ``udocker``: udocker's command line with its R1 mode made sound (the module's docstring)."""
+RUNC_SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where the host's runc is looked for (Debian installs /usr/sbin/runc, not on an ordinary user's PATH)."""
+
+
+def host_runc() -> str | None:
+    """The host's ``runc`` (``UDOCKER_USE_RUNC_EXECUTABLE`` where set), or None where it has none."""
+    return os.environ.get("UDOCKER_USE_RUNC_EXECUTABLE") or shutil.which("runc", path=RUNC_SEARCH_PATH)
+
+
+def udocker_interpreter(executable: str) -> str:
+    """The Python that runs the ``udocker`` script ``executable`` (its ``#!`` line), which has udocker installed."""
+    with open(executable, "rb") as script:
+        first = script.readline().decode(errors="replace").strip()
+    if not first.startswith("#!") or not first[2:].strip():
+        raise UdockerError(f"{executable} does not start with a #! line naming its Python")
+    return first[2:].split()[0]
+
+
 def udocker_executable() -> str:
     """The ``udocker`` of the running interpreter's environment, else the one on PATH."""
     beside = Path(sys.executable).parent / "udocker"
@@ -92,13 +112,16 @@ class Udocker:
             "UDOCKER_DIR": str(self.udocker_dir),
             "UDOCKER_USE_PROOT_EXECUTABLE": str(engine_wrapper(self.state_dir, self.proot)),
         })
+        runc = host_runc()
+        if runc:
+            env["UDOCKER_USE_RUNC_EXECUTABLE"] = runc
         env.pop("UDOCKER_TARBALL", None)
         return env
 
     def argv(self, *args: str) -> list[str]:
-        """The command line for ``udocker ARGS`` (root allowed only when opted in)."""
+        """The command line for ``udocker ARGS`` (root allowed only when opted in), through :data:`LAUNCHER`."""
         extra = ["--allow-root"] if os.geteuid() == 0 else []
-        return [self.executable, *extra, f"--config={self.config_file}", *args]
+        return [udocker_interpreter(self.executable), str(LAUNCHER), *extra, f"--config={self.config_file}", *args]
 
     def call(self, *args: str, timeout: float | None = None, stdin_text: str | None = None
              ) -> subprocess.CompletedProcess[str]:
@@ -126,15 +149,20 @@ def run_argv(
     env: Mapping[str, str] = {},
     volumes: Sequence[str] = (),
     hostenv: bool = False,
+    as_user: bool = True,
 ) -> list[str]:
     """The ``udocker run`` command line for ``command`` in ``container``.
 
     ``volumes`` are paths bound at the same place inside; ``/etc/hosts`` is always bound (udocker does not, and Gloo
     needs the host name to resolve). Processes run with the caller's uid and the host's passwd/group (``--hostauth
     --user``): Open MPI's PMIx server rejects clients whose uid differs from its own, and proot's default is uid 0.
+    ``as_user`` False leaves ``--user`` out: runc's rootless mode (R1) runs the command as root of a user namespace
+    that is the caller on the host (its files are the caller's) and refuses any other user with a warning on stdout.
     ``hostenv`` passes the caller's environment (Open MPI's variables under mpirun).
     """
-    args = ["run", "--nobanner", "--pull=never", "-v", "/etc/hosts", "--hostauth", f"--user={os.getuid()}"]
+    args = ["run", "--nobanner", "--pull=never", "-v", "/etc/hosts", "--hostauth"]
+    if as_user:
+        args.append(f"--user={os.getuid()}")
     if hostenv:
         args.append("--hostenv")
     for volume in volumes:

@@ -11,7 +11,9 @@ from typing import Any, Mapping, Optional, Sequence
 from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
+from hvdflow.images.catalog import RUNC_MODES
 from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.runc_probe import launcher_refused, require_runc_mode
 from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
@@ -29,12 +31,17 @@ class UdockerRuntime:
 
     udocker: Udocker
     container: str
+    execmode: str = "P1"
+    """udocker's mode of the container (its record's): proot (P1, P2) or rootless runc (R1)."""
     name: str = "udocker"
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
         """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place, run under
         :mod:`hvdflow_trainer.last_exit` (:data:`LAST_EXIT`): proot exits with the status of the last process to
-        exit, and that wrapper makes it the command's own."""
+        exit, and that wrapper makes it the command's own. ``hostenv`` (Open MPI's ranks) is refused under R1."""
+        refused = launcher_refused(self.execmode, "mpi") if hostenv else None
+        if refused is not None:
+            raise UdockerError(refused)
         self._make_mountpoints([*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
         volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
         if hostenv:
@@ -42,7 +49,7 @@ class UdockerRuntime:
         chosen = {name: os.environ[name] for name in NUMERICS_ENV if name in os.environ}
         full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **chosen, **env}
         return run_argv(self.udocker, self.container, [*LAST_EXIT, *argv], env=full_env, volumes=volumes,
-                        hostenv=hostenv)
+                        hostenv=hostenv, as_user=self.execmode not in RUNC_MODES)
 
     def _make_mountpoints(self, targets: Sequence[Path]) -> None:
         """Create the bind targets inside the container's root before any run starts.
@@ -70,10 +77,14 @@ class UdockerRuntime:
 
 
 def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> UdockerRuntime:
-    """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses."""
+    """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses; UdockerError naming
+    why where the container's runc mode cannot run on this node."""
+    if record.execmode in RUNC_MODES:
+        require_runc_mode(record.execmode)
     udocker_dir = Path(record.udocker_dir)
     proot = engine_binary(udocker_dir, record.container, settings.proot)
-    return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container)
+    return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container,
+                          record.execmode)
 
 
 def udocker_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
