@@ -3,6 +3,7 @@ and the launcher."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -10,10 +11,13 @@ import pytest
 
 import hvdflow.pipeline.dispatch as dispatch
 from hvdflow.config.profile import SlurmCluster
+from hvdflow.errors import LaunchError
+from hvdflow.images.udocker import Udocker
 from hvdflow.launch.cpus import local_plan
 from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.request import ElasticLaunch, LaunchRequest
+from hvdflow.launch.runtime.udocker import UdockerRuntime
 
 CLUSTER = SlurmCluster("/scratch", 0, "lo")
 ELASTIC = ElasticLaunch(ElasticSettings(1, 2), 2)
@@ -36,5 +40,12 @@ def test_each_request_goes_to_one_launcher(slurm: Optional[SlurmCluster], elasti
     for name in LAUNCHER_FUNCTIONS:
         monkeypatch.setattr(dispatch, name, lambda *args, _name=name, **kwargs: called.append(_name))
     job = TrainingJob([], 2, 1, None, tmp_path / "out", tmp_path / "logs")
-    dispatch.launch(object(), LaunchRequest(job, launcher, local_plan(2, "none"), elastic, slurm))  # type: ignore[arg-type]
+    runtime = UdockerRuntime(Udocker(tmp_path / "udocker", allow_root=True), "c1", "P1")
+    dispatch.launch(runtime, LaunchRequest(job, launcher, local_plan(2, "none"), elastic, slurm))
     assert called == [chosen]
+    if launcher == "mpi":  # Open MPI's ranks cannot run in udocker's runc mode: named before anything starts
+        called.clear()
+        with pytest.raises(LaunchError, match="execmode R1 cannot run launcher mpi: ranks in runc's namespaces"):
+            dispatch.launch(replace(runtime, execmode="R1"),
+                            LaunchRequest(job, launcher, local_plan(2, "none"), elastic, slurm))
+        assert called == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 
+from hvdflow.errors import LaunchError
 from hvdflow.launch import faults
 from hvdflow.launch.elastic import LocalWorkers, launch_elastic
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
@@ -20,6 +21,9 @@ def launch(runtime: Runtime, request: LaunchRequest) -> None:
     """Run the request's ranks to the end with the one launcher it asks for: where it runs (the current Slurm job or
     this machine), then elastic, Gloo or MPI."""
     job, cpus, elastic, cluster = request.job, request.cpus, request.elastic, request.slurm
+    refused = runtime.refusal(request.launcher)
+    if refused is not None:
+        raise LaunchError(refused)
     if cluster is not None:
         if elastic is not None:
             launch_slurm_elastic(runtime, cluster, job, elastic, cpus.threads, request.timeout, request.progress)

@@ -48,6 +48,10 @@ class Runtime(Protocol):
         """The engine that runs the commands, for the record."""
         ...
 
+    def refusal(self, launcher: str) -> Optional[str]:
+        """Why this runtime cannot run the ranks ``launcher`` starts, naming the way out; None where it can."""
+        ...
+
 
 @dataclass(frozen=True)
 class RuntimeKind:

@@ -43,6 +43,10 @@ class NativeRuntime:
         """The engine that runs the commands, for the record: the venv's interpreter."""
         return {"python": str(self.python)}
 
+    def refusal(self, launcher: str) -> Optional[str]:
+        """None: the venv runs the ranks of every launcher."""
+        return None
+
 
 def native_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     """None: the run record's engine (udocker's proot) has no part in a native run."""

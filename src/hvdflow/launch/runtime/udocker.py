@@ -38,10 +38,7 @@ class UdockerRuntime:
     def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
         """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place, run under
         :mod:`hvdflow_trainer.last_exit` (:data:`LAST_EXIT`): proot exits with the status of the last process to
-        exit, and that wrapper makes it the command's own. ``hostenv`` (Open MPI's ranks) is refused under R1."""
-        refused = launcher_refused(self.execmode, "mpi") if hostenv else None
-        if refused is not None:
-            raise UdockerError(refused)
+        exit, and that wrapper makes it the command's own."""
         self._make_mountpoints([*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
         volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
         if hostenv:
@@ -70,6 +67,10 @@ class UdockerRuntime:
         """What a task on a GPU node does before its rank runs: ``udocker setup --nvidia`` of this container
         (:func:`expose_gpus`)."""
         return NvidiaSetup(str(self.udocker.udocker_dir), self.container)
+
+    def refusal(self, launcher: str) -> Optional[str]:
+        """Why the container's mode cannot run the ranks of ``launcher`` (Open MPI's under R1); None where it can."""
+        return launcher_refused(self.execmode, launcher)
 
     def engine(self) -> dict[str, str]:
         """The engine that runs the commands, for the record: the proot binary of udocker's P1/P2 modes."""
