@@ -9,6 +9,7 @@ test bed's lane runs the tests of the later images last (conftest.py), so that i
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,7 +36,13 @@ def image_order(fixturenames: list[str]) -> int:
     return max((i for i, fixture in enumerate(LANE_IMAGES) if fixture in fixturenames), default=0)
 
 
+HANDOVER_SECONDS = 2.0
+"""The pause between two builds: the lanes' fixtures waiting on the build lock (polled every 0.2 s) take it and
+find their image built; without it this loop took the lock straight back, and the test bed's lane waited for all
+three builds to find hvdflow-cpu (2026-11-27)."""
+
 if __name__ == "__main__":
     for image in LANE_IMAGES.values():
         built = build_for_tests(image, Path(sys.argv[1]))
         print(f"{image}: {built.manifest_digest}", flush=True)
+        time.sleep(HANDOVER_SECONDS)
