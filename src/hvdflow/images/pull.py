@@ -172,8 +172,7 @@ def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmod
 def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, execmode: str | None = None) -> ContainerRecord:
     """The container of ``spec`` at ``manifest.digest``: created, set up and probed once, then reused."""
     mode = execmode or spec.execmode
-    if mode in RUNC_MODES:
-        require_runc_mode(mode)
+    require_runc_mode(mode)
     name = container_name(spec, manifest.digest, mode)
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"creating container {name}"):
         record = read_container_record(udocker, name)

@@ -74,7 +74,10 @@ def launcher_refused(execmode: Optional[str], launcher: str) -> Optional[str]:
 
 
 def require_runc_mode(mode: str) -> None:
-    """UdockerError naming why ``mode`` (a runc mode) cannot run on this node; nothing where it can."""
+    """UdockerError naming why ``mode`` cannot run on this node; nothing where it can, or where it is no runc mode
+    (the probe is not run)."""
+    if mode not in RUNC_MODES:
+        return
     problem = probe_runc_mode().problem(mode)
     if problem is not None:
         raise UdockerError(problem)

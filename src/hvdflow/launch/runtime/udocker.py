@@ -80,8 +80,7 @@ class UdockerRuntime:
 def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> UdockerRuntime:
     """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses; UdockerError naming
     why where the container's runc mode cannot run on this node."""
-    if record.execmode in RUNC_MODES:
-        require_runc_mode(record.execmode)
+    require_runc_mode(record.execmode)
     udocker_dir = Path(record.udocker_dir)
     proot = engine_binary(udocker_dir, record.container, settings.proot)
     return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container,
