@@ -10,7 +10,7 @@ import subprocess
 import time
 import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
@@ -84,13 +84,14 @@ class Pipeline:
         return ["runuser", "-u", self.user.name, "--", "env", "-i", *[f"{k}={v}" for k, v in self.user.env(env).items()],
                 *argv]
 
-    def start_snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
-                        ) -> subprocess.Popen[str]:
-        """Start ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree, its output piped.
+    def start_snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({}),
+                        wrapper: Sequence[str] = ()) -> subprocess.Popen[str]:
+        """Start ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree (under ``wrapper``, a command
+        that runs the rest of its command line), its output piped.
 
         It runs in a process group of its own, as a terminal's foreground job does, so a test can send it Ctrl-C.
         """
-        argv = [str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args]
+        argv = [*wrapper, str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args]
         return subprocess.Popen(self._as_user(argv, extra_env), cwd=self.root, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -110,11 +111,11 @@ class Pipeline:
         return subprocess.run(self._as_user([str(self.user.venv / "bin" / "python"), "-m", "hvdflow", *args], extra_env),
                               cwd=self.root, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
 
-    def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({})
-                  ) -> subprocess.CompletedProcess[str]:
-        """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree; capture its output. Every run
-        record the tree then holds must match the record's schema."""
-        proc = self.finish(self.start_snakemake(*args, profile=profile, extra_env=extra_env))
+    def snakemake(self, *args: str, profile: str = "local", extra_env: Mapping[str, str] = MappingProxyType({}),
+                  wrapper: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        """Run ``snakemake --profile profiles/<profile> ARGS`` as the user in the tree (under ``wrapper``); capture its
+        output. Every run record the tree then holds must match the record's schema."""
+        proc = self.finish(self.start_snakemake(*args, profile=profile, extra_env=extra_env, wrapper=wrapper))
         for record in self.root.glob("results/*/run.json"):
             check_run_record(record)
         return proc

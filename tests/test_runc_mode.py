@@ -1,10 +1,11 @@
 """udocker's runc mode (R1) as hvdflow runs it: ranks' statuses and streams, signals, concurrent runs of one container,
-and the demo's weights equal to P1's."""
+``execmode: auto`` choosing R1 here and P1 where user namespaces are refused, and the demo's weights equal to P1's."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -13,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HpcUser, Registry
+from conftest import REPO, HpcUser, Registry
 from pipeline_run import Pipeline, processes_naming
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
 R1 = {"HVDFLOW_EXECMODE": "R1"}
+AUTO = {"HVDFLOW_EXECMODE": "auto"}
 
 
 @pytest.fixture(scope="module")
@@ -64,23 +66,51 @@ def test_an_r1_run_gives_the_commands_status_and_streams_and_ten_at_once_all_sta
     assert processes_naming(udocker_dir) == []
 
 
-def test_the_demo_trains_under_r1_to_p1s_weights_and_a_rank_that_exits_3_is_named(
+def test_auto_trains_the_demo_under_r1_here_and_p1_where_user_namespaces_are_disabled_to_p1s_weights(
         demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    # the profiles' default: both containers made, each rank probes its node, says its choice in its log and result
     pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
-    proc = pipeline.snakemake(extra_env=R1)
+    proc = pipeline.snakemake(extra_env=AUTO)
     assert proc.returncode == 0, proc.stderr[-5000:]
+    weights = demo.json("results/demo/run.json")["weights_sha256"]
     record = pipeline.json("results/demo/run.json")
-    assert (record["image"]["execmode"], record["image"]["container"][-3:]) == ("R1", "-r1")
-    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    assert (record["image"]["execmode"], record["image"]["runc_container"]) == (
+        "auto", record["image"]["container"] + "-r1"), record["image"]
+    assert [r["execmode"] for r in record["ranks"]] == ["R1", "R1"] and record["weights_sha256"] == weights
+    node = record["ranks"][0]["hostname"]
+    assert f"# hvdflow: execmode auto chose R1 on {node} (user namespaces allowed" in _rank_log(pipeline, 1)
     assert pipeline.processes() == []
 
+    # the same image records and containers (a tree prepared by that run), trained where the kernel refuses user
+    # namespaces (max_user_namespaces 0 in a user namespace of the test's own, as a site's sysctl does): every rank
+    # falls back to P1 on its own, and says why
+    limited = Pipeline(hpc_user, registry, udocker_dir, prepared=pipeline)
+    limit = limited.root / "limit_userns.py"
+    shutil.copy(REPO / "tests" / "limit_userns.py", limit)
+    proc = limited.snakemake(extra_env=AUTO, wrapper=["python3", str(limit), "0"])
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    fallback = limited.json("results/demo/run.json")
+    assert fallback["image"]["runc_container"] == record["image"]["runc_container"]  # offered, and refused per rank
+    assert [r["execmode"] for r in fallback["ranks"]] == ["P1", "P1"] and fallback["weights_sha256"] == weights
+    assert (f"# hvdflow: execmode auto chose P1 on {node}: user namespaces are disabled on {node} "
+            "(user.max_user_namespaces = 0)") in _rank_log(limited, 0)
+    assert limited.processes() == []
+
+
+def test_a_rank_that_exits_3_under_r1_is_named_and_leaves_no_outputs(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     failing = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     failed = failing.snakemake(extra_env={**R1, "HVDFLOW_INJECT_RANK_FAILURE": "1:1.5:exit"})
     assert failed.returncode != 0
     assert "rank 1 failed with exit code 3" in failed.stdout + failed.stderr, failed.stderr[-5000:]
+    assert "# hvdflow: execmode R1 on " in _rank_log(failing, 1)
     for name in ("model", "metrics.json", "run.json", "history.csv"):
         assert not (failing.root / "results/demo" / name).exists(), name
     assert failing.processes() == []
+
+
+def _rank_log(pipeline: Pipeline, rank: int) -> str:
+    return (pipeline.root / f"logs/train/demo/rank-{rank}.log").read_text()
 
 
 def test_ctrl_c_under_r1_checkpoints_every_rank_and_a_killed_launcher_leaves_nothing(

@@ -4,11 +4,14 @@ knows which runtimes exist."""
 from __future__ import annotations
 
 import ast
+import json
 import os
+import platform
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,7 @@ import pytest
 from conftest import REPO
 from hvdflow.config.profile import RUNTIMES
 from hvdflow.errors import ConfigError
+from hvdflow.images.execmode_choice import MODE_ENV, REFUSED, chooser_argv
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.runc_probe import RuncProbe
 from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
@@ -84,7 +88,7 @@ def test_the_udocker_runtime_runs_in_its_container_with_the_chosen_proot(runtime
     assert "--env=HOROVOD_RANK=0" in argv and str(tmp_path) in argv
     assert (tmp_path / "udocker" / "containers" / "c1" / "ROOT" / str(tmp_path).lstrip("/")).is_dir()
     assert runtime.process_env()["UDOCKER_DIR"] == str(tmp_path / "udocker")
-    assert runtime.gpu_setup() == NvidiaSetup(str(tmp_path / "udocker"), "c1")
+    assert runtime.gpu_setup() == NvidiaSetup(str(tmp_path / "udocker"), ["c1"])
     assert runtime.engine() == {"proot": "/usr/bin/proot"}
 
 
@@ -233,10 +237,78 @@ def test_r1_is_refused_by_name_where_user_namespaces_are_disabled_or_runc_is_mis
                               probe], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO / "src")})
     problem, node = limited.stdout.splitlines()
     assert problem == (f"user namespaces are disabled on {node} (user.max_user_namespaces = 0): execmode R1 cannot "
-                       "run; use execmode P1"), limited.stderr
+                       "run; use execmode auto or P1"), limited.stderr
     allowed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                              env={"PYTHONPATH": str(REPO / "src")})
     assert allowed.stdout.splitlines()[0] == "None", allowed.stdout  # here: runc installed (scripts/lib.sh), allowed
     assert RuncProbe("n3", None, "96364", None).problem("R1") == (
         "runc is not installed on n3 (looked for it on PATH and in /usr/sbin, /sbin): execmode R1 cannot run; "
-        "install runc (Debian: apt install runc), or use execmode P1")
+        "install runc (Debian: apt install runc), or use execmode auto or P1")
+
+
+RUNS = {"R1": ["sh", "-c", "echo R1 $$"], "P1": ["sh", "-c", "echo P1 $$"]}
+
+
+def _chooser(runs: dict[str, list[str]], no_runc: str | None = None, max_user_namespaces: str | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    """The mode chooser run for real, in a user namespace whose max_user_namespaces is limited where asked (a real
+    refusal, as a site's sysctl gives)."""
+    argv = chooser_argv(runs, no_runc)
+    if max_user_namespaces is not None:
+        argv = [sys.executable, str(REPO / "tests" / "limit_userns.py"), max_user_namespaces, *argv]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PYTHONPATH": str(REPO / "src"), "PATH": os.environ["PATH"]})
+    stdout, stderr = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.pid, proc.returncode, stdout, stderr)  # args: the pid it ran as
+
+
+def test_auto_chooses_r1_on_a_node_that_allows_it_and_p1_where_user_namespaces_are_disabled() -> None:
+    node = platform.node()
+    here = _chooser(RUNS)
+    # the chosen command replaced the chooser: the same pid, nothing left between the launcher and udocker
+    assert (here.returncode, here.stdout) == (0, f"R1 {here.args}\n"), here.stderr
+    assert here.stderr == f"# hvdflow: execmode auto chose R1 on {node} (user namespaces allowed, runc /usr/sbin/runc)\n"
+    limited = _chooser(RUNS, max_user_namespaces="0")
+    assert (limited.returncode, limited.stdout) == (0, f"P1 {limited.args}\n"), limited.stderr
+    assert limited.stderr == (f"# hvdflow: execmode auto chose P1 on {node}: user namespaces are disabled on {node} "
+                              "(user.max_user_namespaces = 0)\n")
+    offered = _chooser({"P1": RUNS["P1"]}, no_runc="Open MPI's ranks cannot reach mpirun from runc's namespaces")
+    assert (offered.stdout.split()[0], offered.stderr) == (
+        "P1", "# hvdflow: execmode auto chose P1: Open MPI's ranks cannot reach mpirun from runc's namespaces\n")
+
+
+def test_an_explicit_r1_on_a_node_without_user_namespaces_is_refused_by_name_before_udocker_runs() -> None:
+    node = platform.node()
+    refused = _chooser({"R1": RUNS["R1"]}, max_user_namespaces="0")
+    assert (refused.returncode, refused.stdout) == (REFUSED, "")
+    assert refused.stderr == (f"hvdflow: error: user namespaces are disabled on {node} (user.max_user_namespaces = 0): "
+                              "execmode R1 cannot run; use execmode auto or P1\n")
+    allowed = _chooser({"R1": RUNS["R1"]})
+    assert (allowed.returncode, allowed.stdout.split()[0]) == (0, "R1"), allowed.stderr
+    assert allowed.stderr == f"# hvdflow: execmode R1 on {node} (runc /usr/sbin/runc)\n"
+
+
+def test_the_auto_runtime_offers_each_rank_r1s_and_p1s_commands_and_open_mpi_ranks_p1s_alone(tmp_path: Path) -> None:
+    settings = RuntimeSettings("udocker", proot="host", native_venv_dir=tmp_path / "native",
+                               catalog=REPO / "containers" / "catalog.yaml", allow_root=True)
+    runtime = make_runtime(settings, replace(_record(tmp_path / "udocker"), execmode="auto", runc_container="c1-r1"))
+    argv = runtime.command(["python3", "-V"], {"HOROVOD_RANK": "0"}, [tmp_path])
+    assert argv[:3] == [sys.executable, "-m", "hvdflow.images.execmode_choice"]
+    plan = json.loads(argv[3])
+    assert (list(plan["runs"]), plan["no_runc"]) == (["R1", "P1"], None)
+    for mode, container in (("R1", "c1-r1"), ("P1", "c1")):
+        run = plan["runs"][mode]
+        assert run[run.index("run"):][-8:] == [container, *LAST_EXIT, "python3", "-V"]
+        assert f"--env={MODE_ENV}={mode}" in run and "--env=HOROVOD_RANK=0" in run
+        assert any(a.startswith("--user=") for a in run) == (mode == "P1")  # R1 runs as root of its user namespace
+        assert (tmp_path / "udocker" / "containers" / container / "ROOT" / str(tmp_path).lstrip("/")).is_dir()
+    assert runtime.gpu_setup() == NvidiaSetup(str(tmp_path / "udocker"), ["c1-r1", "c1"])
+    assert runtime.process_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO / "src")  # the chooser's hvdflow
+    mpi = json.loads(runtime.command(["python3", "-V"], {}, [tmp_path], hostenv=True)[3])
+    assert (list(mpi["runs"]), mpi["no_runc"]) == (["P1"], "Open MPI's ranks cannot reach mpirun from runc's namespaces")
+    single = make_runtime(settings, replace(_record(tmp_path / "udocker"), execmode="auto"))
+    assert json.loads(single.command(["python3", "-V"], {}, [tmp_path])[3])["no_runc"].startswith("no R1 container")
+    p1 = make_runtime(settings, _record(tmp_path / "udocker")).command(["python3", "-V"], {}, [tmp_path])
+    # an explicit P1: udocker directly, no chooser
+    assert p1[p1.index("run"):][-8:] == ["c1", *LAST_EXIT, "python3", "-V"] and f"--env={MODE_ENV}=P1" in p1
+    assert "hvdflow.images.execmode_choice" not in p1

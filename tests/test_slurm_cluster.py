@@ -167,17 +167,22 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     assert evaluation["accuracy"] > 0.8
 
 
-def test_ranks_on_two_nodes_under_udockers_runc_mode_give_the_weights_of_p1(
+def test_execmode_auto_runs_each_nodes_ranks_under_runc_and_gives_the_weights_of_p1(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
         local_runs: Callable[..., Pipeline]) -> None:
-    # execmode R1: rootless runc on each node (the container created on the submit host, the ranks' runs on the
-    # nodes); the same reduction as 4 ranks under P1 on one machine
+    # execmode auto (the profiles' default): both containers made on the submit host, and each rank's node probed
+    # where the rank starts: rootless runc (R1) on both nodes here; the same reduction as 4 ranks under P1 on one machine
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
-    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed", extra_env={"HVDFLOW_EXECMODE": "R1"})
+    proc = pipeline.snakemake("results/cluster/run.json", profile="testbed", extra_env={"HVDFLOW_EXECMODE": "auto"})
     assert proc.returncode == 0, proc.stderr[-8000:]
     record = pipeline.json("results/cluster/run.json")
-    assert (record["image"]["execmode"], record["image"]["container"][-3:]) == ("R1", "-r1")
-    assert [(r["rank"], r["hostname"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
+    image = record["image"]
+    assert (image["execmode"], image["runc_container"]) == ("auto", image["container"] + "-r1"), image
+    assert [(r["rank"], r["hostname"], r["execmode"]) for r in record["ranks"]] == [
+        (0, "n1", "R1"), (1, "n1", "R1"), (2, "n2", "R1"), (3, "n2", "R1")]
+    for rank, node in ((0, "n1"), (3, "n2")):
+        log = (pipeline.root / f"logs/train/cluster/rank-{rank}.log").read_text()
+        assert f"# hvdflow: execmode auto chose R1 on {node} (user namespaces allowed, runc " in log, log[-3000:]
     assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes_left() == []

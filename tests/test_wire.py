@@ -102,7 +102,7 @@ def test_the_pipeline_names_a_malformed_rank_result(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("task", [
     TaskFile(argv=["udocker", "run", "c"], logs="/l", launcher="mpi", network_interface="auto", max_ranks_per_node=2,
-             nvidia=NvidiaSetup("/u", "c"), result="/o/rank-{rank}.json", rendezvous="/l/rendezvous.json"),
+             nvidia=NvidiaSetup("/u", ["c", "c-r1"]), result="/o/rank-{rank}.json", rendezvous="/l/rendezvous.json"),
     TaskFile(argv=["python3"], logs="/l", launcher="gloo", network_interface="lo", max_ranks_per_node=1, nvidia=None,
              log="/l/worker-3.log", elastic=True),
 ], ids=["fixed", "elastic"])
@@ -117,7 +117,7 @@ def test_a_malformed_task_file_is_named(tmp_path: Path) -> None:
              log="/l/w.log", elastic=True).write(str(path))
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, "nvidia": {"udocker_dir": "/u"}}))
-    with pytest.raises(WireError, match=f"^{re.escape(str(path))}: nvidia: missing container$"):
+    with pytest.raises(WireError, match=f"^{re.escape(str(path))}: nvidia: missing containers$"):
         TaskFile.read(str(path))
     path.write_text(json.dumps({**data, "log": None}))
     with pytest.raises(WireError, match=f"^{re.escape(str(path))}: an elastic worker's task names no log$"):

@@ -166,7 +166,7 @@ def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str,  # ty
     (lambda p: p.update(scratch="/tmp"), "unknown key(s) scratch; valid keys:"),
     (lambda p: p.update(runtime="docker"), "runtime: 'docker' is not one of udocker, native"),
     (lambda p: p.update(launcher="horovodrun"), "launcher: 'horovodrun' is not one of gloo, mpi"),
-    (lambda p: p.update(execmode="R2"), "execmode: 'R2' is not one of P1, P2, R1"),
+    (lambda p: p.update(execmode="R2"), "execmode: 'R2' is not one of P1, P2, R1, auto"),
     (lambda p: p.update(execmode="R1", launcher="mpi"), "execmode R1 cannot run launcher mpi: ranks in runc's"),
     (lambda p: p.update(proot="usr-bin"), "proot: 'usr-bin' is not one of image, host"),
     (lambda p: p.update(registry="${HVDFLOW_NO_SUCH_VARIABLE}"), "environment variable $HVDFLOW_NO_SUCH_VARIABLE is not set"),

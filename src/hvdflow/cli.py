@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
 from hvdflow.files.heartbeat import heartbeat, layers_text, to_stderr
-from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES, get_image, load_catalog
+from hvdflow.images.catalog import PROFILE_EXECMODES, PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 
 
@@ -50,7 +50,8 @@ def _pull_args(parser: argparse.ArgumentParser, registry: bool = True) -> None:
     _lock_arg(parser)
     parser.add_argument("--udocker-dir", type=Path, default=None, help="udocker directory (default: $HVDFLOW_UDOCKER_DIR "
                         "or ~/.local/share/hvdflow/udocker)")
-    parser.add_argument("--execmode", choices=EXECMODES, default=None, help="udocker execution mode (default: catalogue's)")
+    parser.add_argument("--execmode", choices=PROFILE_EXECMODES, default=None,
+                        help="udocker execution mode (default: catalogue's; auto: R1 where this node can run it, else P1)")
     parser.add_argument("--allow-root", action="store_true", default=allow_root_from_env(),
                         help="let udocker run as root (default: refused; HVDFLOW_ALLOW_ROOT=1 sets this)")
 

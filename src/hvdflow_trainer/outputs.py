@@ -39,7 +39,8 @@ def rank_result(args: argparse.Namespace, position: Position, start: Position, l
         machine={"cpu": cpu_facts(), "gpus": gpus, "nvidia_driver": nvidia_driver()},
         epochs_done=position.epoch, resumed_from={"epoch": start.epoch, "step": start.step},
         train_records_per_rank=layout.train_per_rank, steps_per_epoch=layout.steps_per_epoch,
-        input_sharding=layout.sharding, python="%d.%d.%d" % tuple(sys.version_info[:3]), **framework)
+        input_sharding=layout.sharding, python="%d.%d.%d" % tuple(sys.version_info[:3]),
+        execmode=os.environ.get("HVDFLOW_UDOCKER_MODE"), **framework)
 
 
 def write_history(path: str, history: List[Dict[str, float]]) -> None:

@@ -54,6 +54,9 @@ class RankResult:
     """TensorFlow's version, ``none`` in a PyTorch run."""
     horovod: str
     python: str
+    execmode: Optional[str]
+    """udocker's mode that ran the rank (``HVDFLOW_UDOCKER_MODE``: under ``execmode: auto`` each node's choice); None
+    outside udocker."""
 
     def to_json(self) -> Dict[str, Any]:
         """The result as the JSON object of ``rank-<r>.json``."""

@@ -14,10 +14,11 @@ from .values import WireError, from_json, read_object, to_json, write_object
 
 @dataclass(frozen=True)
 class NvidiaSetup:
-    """The udocker container to set up for NVIDIA (``udocker setup --nvidia``) on a node with a driver."""
+    """The udocker containers to set up for NVIDIA (``udocker setup --nvidia``) on a node with a driver (both of
+    ``execmode: auto``'s: the rank's node chooses which one runs)."""
 
     udocker_dir: str
-    container: str
+    containers: List[str]
 
 
 @dataclass(frozen=True)

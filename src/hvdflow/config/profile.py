@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
-from hvdflow.images.catalog import EXECMODES, PROOT_ENGINES
+from hvdflow.images.catalog import PROFILE_EXECMODES, PROOT_ENGINES
 from hvdflow.images.offline import NO_REGISTRY
 from hvdflow.images.runc_probe import launcher_refused
 
@@ -123,7 +123,7 @@ def load_profile(path: Path) -> ClusterProfile:
     cpu_bind = _cpu_bind(f"{where}: cpu_bind", _expand(f"{where}: cpu_bind", data.get("cpu_bind", "cores")), scheduler)
     launcher = _choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS)
     if execmode is not None:
-        execmode = _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), EXECMODES)
+        execmode = _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), PROFILE_EXECMODES)
         refused = launcher_refused(execmode, launcher)
         if refused is not None:
             raise ConfigError(f"{where}: {refused}")

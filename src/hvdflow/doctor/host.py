@@ -19,7 +19,7 @@ from hvdflow.errors import HvdflowError, RegistryUnreachable
 from hvdflow.files.heartbeat import size_text
 from hvdflow.files.private import in_shared_place
 from hvdflow.images.build.rootless import rootless_problem
-from hvdflow.images.catalog import RUNC_MODES, ImageSpec
+from hvdflow.images.catalog import AUTO_MODE, RUNC_MODES, ImageSpec
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, pinned_container
@@ -150,15 +150,20 @@ def proot_runs(profile: ClusterProfile) -> Finding:
 
 def user_namespaces(execmode: Optional[str]) -> Finding:
     """Whether udocker's runc mode (R1) can run here: user namespaces for this user and runc (rootless image builds
-    need the namespaces too); a failure where the profile's ``execmode`` is R1, else a warning."""
+    need the namespaces too); a failure where the profile's ``execmode`` is R1, else a warning (``auto`` runs P1
+    where R1 cannot run)."""
     probe = probe_runc_mode()
     problem = probe.problem("R1")
     if problem is not None:
         if execmode in RUNC_MODES:
-            return failure("user namespaces and runc", problem, "set execmode: P1 in the profile's hvdflow.yaml")
+            return failure("user namespaces and runc", problem, "set execmode: auto or P1 in the profile's hvdflow.yaml")
+        if execmode == AUTO_MODE:
+            return warning("user namespaces and runc", f"{probe.cause()}: execmode auto runs P1 (proot) here",
+                           "P1 runs slower than R1 (docs/measurements.md); ask the site for user namespaces and runc")
         return warning("user namespaces and runc", problem, "P1 (proot) needs neither")
+    chooses = "execmode auto runs R1 here" if execmode == AUTO_MODE else "execmode R1 can run here"
     return ok("user namespaces and runc", f"allowed (max_user_namespaces = {probe.max_user_namespaces}); runc: "
-              f"{probe.runc}: execmode R1 can run here")
+              f"{probe.runc}: {chooses}")
 
 
 def image_builds() -> Finding:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from hvdflow import with_this_hvdflow
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.doctor import host, slurm_checks
 from hvdflow.doctor.findings import FAILURE, Finding, failure, ok, warning
@@ -21,7 +22,6 @@ from hvdflow.errors import HvdflowError
 from hvdflow.files.heartbeat import tree_bytes
 from hvdflow.files.yamlfile import load_mapping
 from hvdflow.images.catalog import ImageSpec, load_catalog
-from hvdflow.slurm.launch import host_code_env
 
 NODE_JOB_MINUTES = 5
 NODE_JOB_WAIT = 600.0
@@ -59,7 +59,7 @@ def node_job(profile: DoctorProfile, workdir: Path) -> list[Finding]:
                 "--need-bytes", str(largest_dataset_bytes(workdir))]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=NODE_JOB_WAIT,
-                                  env=host_code_env(os.environ), stdin=subprocess.DEVNULL)
+                                  env=with_this_hvdflow(os.environ), stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return [warning("node job", f"no node within {NODE_JOB_WAIT:.0f} s (the queue is busy)",
                             "run hvdflow doctor again later, or with --no-job for the login node's checks only")]

@@ -14,17 +14,17 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
-from hvdflow.images.catalog import RUNC_MODES, ImageSpec
+from hvdflow.images.catalog import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES, ImageSpec
 from hvdflow.images.lockfile import check_against_lock, read_lock, write_lock_entry
 from hvdflow.images.registry import Manifest, resolve_manifest
 from hvdflow.images.registry_auth import Credentials
-from hvdflow.images.runc_probe import require_runc_mode
+from hvdflow.images.runc_probe import probe_runc_mode, require_runc_mode
 from hvdflow.images.udocker import Udocker
 
 PULL_LOCK_TIMEOUT = float(os.environ.get("HVDFLOW_LOCK_TIMEOUT", "1800"))
@@ -42,6 +42,9 @@ class ContainerRecord:
     execmode: str
     udocker_dir: str
     created: float
+    runc_container: Optional[str] = None
+    """Under ``execmode: auto``: the R1 container made beside ``container`` (P1's, every node's fallback), where the
+    node that made them could run R1; None otherwise."""
 
     def to_json(self) -> str:
         """The record as JSON, as written to the state directory and to the pipeline's image outputs."""
@@ -157,12 +160,17 @@ def read_container_record(udocker: Udocker, name: str) -> ContainerRecord | None
 def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmode: str | None = None
                      ) -> ContainerRecord | None:
     """The container made earlier from the digest ``lock_path`` pins for ``spec`` (created only after its layers
-    were verified against that digest), where udocker still holds it in the execution mode asked; else None. What a
-    pull falls back on when the registry cannot be reached: the pinned image is there, nothing needs fetching."""
+    were verified against that digest), where udocker still holds it in the execution mode asked (under ``auto``: the
+    P1 container, and the R1 one where it was made); else None. What a pull falls back on when the registry cannot be
+    reached: the pinned image is there, nothing needs fetching."""
     entry = read_lock(lock_path).get(spec.name)
     if entry is None or entry.reference != spec.reference:
         return None
     mode = execmode or spec.execmode
+    if mode == AUTO_MODE:
+        fallback = pinned_container(udocker, spec, lock_path, AUTO_FALLBACK_MODE)
+        runc = pinned_container(udocker, spec, lock_path, AUTO_RUNC_MODE)
+        return None if fallback is None else _auto_record(fallback, runc)
     record = read_container_record(udocker, container_name(spec, entry.digest, mode))
     if record is None or record.digest != entry.digest or record.execmode != mode:
         return None
@@ -170,8 +178,14 @@ def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmod
 
 
 def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, execmode: str | None = None) -> ContainerRecord:
-    """The container of ``spec`` at ``manifest.digest``: created, set up and probed once, then reused."""
+    """The container of ``spec`` at ``manifest.digest``: created, set up and probed once, then reused. Under ``auto``
+    two: P1's, which every node can run, and R1's where this node can run R1 (each rank chooses between them on its
+    own node: :mod:`hvdflow.images.execmode_choice`)."""
     mode = execmode or spec.execmode
+    if mode == AUTO_MODE:
+        fallback = ensure_container(udocker, spec, manifest, AUTO_FALLBACK_MODE)
+        can_run = probe_runc_mode().cause() is None
+        return _auto_record(fallback, ensure_container(udocker, spec, manifest, AUTO_RUNC_MODE) if can_run else None)
     require_runc_mode(mode)
     name = container_name(spec, manifest.digest, mode)
     with exclusive_lock(udocker.state_dir / "pull.lock", PULL_LOCK_TIMEOUT, f"creating container {name}"):
@@ -190,6 +204,11 @@ def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, exec
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, record.to_json())
         return record
+
+
+def _auto_record(fallback: ContainerRecord, runc: ContainerRecord | None) -> ContainerRecord:
+    """The record of ``execmode: auto``: P1's container, and R1's beside it where it was made."""
+    return replace(fallback, execmode=AUTO_MODE, runc_container=None if runc is None else runc.container)
 
 
 def _create(udocker: Udocker, spec: ImageSpec, manifest: Manifest, name: str, mode: str) -> None:

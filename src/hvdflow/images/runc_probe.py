@@ -39,17 +39,23 @@ class RuncProbe:
     user_namespace_error: Optional[str]
     """Why this user cannot create a user namespace here (the kernel's error), or None where it can."""
 
-    def problem(self, mode: str) -> Optional[str]:
-        """Why ``mode`` cannot run here, naming the node, the cause and the way out; None where it can."""
+    def cause(self) -> Optional[str]:
+        """Why runc's rootless mode cannot run here, naming the node; None where it can."""
         if self.user_namespace_error is not None:
             cause = ("user namespaces are disabled" if self.max_user_namespaces == "0"
                      else f"this user cannot create a user namespace ({self.user_namespace_error})")
-            return (f"{cause} on {self.node} (user.max_user_namespaces = {self.max_user_namespaces}): execmode "
-                    f"{mode} cannot run; use execmode P1")
+            return f"{cause} on {self.node} (user.max_user_namespaces = {self.max_user_namespaces})"
         if self.runc is None:
-            return (f"runc is not installed on {self.node} (looked for it on PATH and in /usr/sbin, /sbin): execmode "
-                    f"{mode} cannot run; install runc (Debian: apt install runc), or use execmode P1")
+            return f"runc is not installed on {self.node} (looked for it on PATH and in /usr/sbin, /sbin)"
         return None
+
+    def problem(self, mode: str) -> Optional[str]:
+        """Why ``mode`` cannot run here, naming the node, the cause and the way out; None where it can."""
+        cause = self.cause()
+        if cause is None:
+            return None
+        way_out = "install runc (Debian: apt install runc), or " if self.user_namespace_error is None else ""
+        return f"{cause}: execmode {mode} cannot run; {way_out}use execmode auto or P1"
 
 
 def probe_runc_mode() -> RuncProbe:
@@ -69,7 +75,8 @@ def launcher_refused(execmode: Optional[str], launcher: str) -> Optional[str]:
     the host mpirun's PMIx server from runc's namespaces: MPI_Init failed ("OPAL ERROR: Unreachable", 2026-11-27)."""
     if launcher == "mpi" and execmode in RUNC_MODES:
         return (f"execmode {execmode} cannot run launcher mpi: ranks in runc's namespaces cannot reach mpirun's PMIx "
-                "server (MPI_Init fails: OPAL ERROR: Unreachable); use launcher gloo, or execmode P1")
+                "server (MPI_Init fails: OPAL ERROR: Unreachable); use launcher gloo, or execmode auto (which runs Open MPI's "
+                "ranks under P1) or P1")
     return None
 
 

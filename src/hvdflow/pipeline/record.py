@@ -178,7 +178,8 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "image_lock": {name: {"reference": e.reference, "digest": e.digest}
                        for name, e in sorted(read_lock(Path(config["lock"])).items())},
         "image": {"name": image["image"], "reference": image["reference"], "registry": image["registry"],
-                  "digest": image["digest"], "container": image["container"], "execmode": image["execmode"]},
+                  "digest": image["digest"], "container": image["container"], "execmode": image["execmode"],
+                  "runc_container": image.get("runc_container")},
         "image_check": json.loads(image_check_path(image_record).read_text()),
         "runtime": profile.runtime,
         "launcher": profile.launcher,
@@ -198,7 +199,8 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "machines": _machines(results),
         "numerics": results[0].numerics,
         "ranks": [{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
-                                              "cpus", "threads", "controller", "weights_sha256", "first_step_unix")}
+                                              "cpus", "threads", "controller", "weights_sha256", "first_step_unix",
+                                              "execmode")}
                   for r in results],
         "cpu_bind": profile.cpu_bind,
         "hosts": sorted({r.hostname for r in results}),

@@ -17,9 +17,10 @@ from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.heartbeat import file_size, fresh_last_line, heartbeat, last_line, layers_text
-from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
+from hvdflow.images.catalog import AUTO_MODE, ImageSpec, get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
+from hvdflow.images.runc_probe import probe_runc_mode
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch import faults
 from hvdflow.launch.image_check import ImageCheck, check_image, needs_of, refusal, table
@@ -84,6 +85,11 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         spec = get_image(load_catalog(catalog), image, catalog)
         udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
         record = _pulled(udocker, spec, profile, lock, log)
+        if record.execmode == AUTO_MODE:
+            note(log, f"hvdflow: execmode auto: containers {record.container} (P1) and "
+                 + (f"{record.runc_container} (R1)" if record.runc_container else
+                    f"no R1 container, because {probe_runc_mode().cause()}")
+                 + "; each rank chooses on its own node (its log says which)")
         # the image is checked in udocker, whichever runtime the profile's jobs use
         runtime = make_runtime(replace(RuntimeSettings.of_profile(profile, catalog), kind="udocker"), record)
         # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)

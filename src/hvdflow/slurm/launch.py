@@ -27,9 +27,9 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
-from hvdflow import code_location
+from hvdflow import with_this_hvdflow
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.elastic import launch_elastic
@@ -51,17 +51,6 @@ from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
 from hvdflow_wire.task import TaskFile
 
 CLEANUP_TIMEOUT = 300.0
-
-
-def host_code_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with this hvdflow first on PYTHONPATH, so the job steps import the very code the rule imported.
-
-    The rules import the checkout's ``src/`` (``common.smk``); without this, ``python -m hvdflow...`` in a job step
-    would import whatever hvdflow the interpreter finds first (a pip-installed copy, an older checkout).
-    """
-    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    root = str(code_location())
-    return {**env, "PYTHONPATH": os.pathsep.join([root, *[p for p in rest if p != root]])}
 
 
 def _live_jobs(job_id: str) -> str:
@@ -215,7 +204,7 @@ def staged_job(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_p
     staged = job_scratch(cluster.job_scratch_dir(), job_id) / "dataset"
     reports = logs / "staging"
     reports.mkdir(exist_ok=True)
-    env = host_code_env(runtime.process_env())
+    env = with_this_hvdflow(runtime.process_env())  # the job steps import the very code the rule imported
     try:
         _run_step("staging", staging_step(cluster, ranks, nodes, cpus_per_task, sys.executable,
                                           str(job.dataset_dir or NO_DATASET), staged, reports, _live_jobs(job_id)),

@@ -6,14 +6,16 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from hvdflow import with_this_hvdflow
 from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
-from hvdflow.images.catalog import RUNC_MODES
+from hvdflow.images.catalog import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
+from hvdflow.images.execmode_choice import MODE_ENV, chooser_argv
 from hvdflow.images.pull import ContainerRecord
-from hvdflow.images.runc_probe import launcher_refused, require_runc_mode
+from hvdflow.images.runc_probe import launcher_refused
 from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
@@ -32,41 +34,67 @@ class UdockerRuntime:
     udocker: Udocker
     container: str
     execmode: str = "P1"
-    """udocker's mode of the container (its record's): proot (P1, P2) or rootless runc (R1)."""
+    """udocker's mode of the container (its record's): proot (P1, P2), rootless runc (R1), or ``auto``: R1's
+    container on each node that can run it, else ``container`` in P1."""
+    runc_container: Optional[str] = None
+    """Under ``auto``: the R1 container beside ``container``, where it was made."""
     name: str = "udocker"
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
         """``argv`` (starting with ``python3``) in the container, ``paths`` bound at the same place, run under
         :mod:`hvdflow_trainer.last_exit` (:data:`LAST_EXIT`): proot exits with the status of the last process to
-        exit, and that wrapper makes it the command's own."""
-        self._make_mountpoints([*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
+        exit, and that wrapper makes it the command's own. Where a runc mode may run it, the mode is chosen on the
+        node the command starts on (:mod:`hvdflow.images.execmode_choice`); the command sees its mode in
+        :data:`MODE_ENV`."""
+        containers, no_runc = self.containers(hostenv)
+        self._make_mountpoints(containers.values(), [*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
         volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
         if hostenv:
             volumes.append("/tmp")  # Open MPI's session directory, where the ranks find the host's PMIx server
         chosen = {name: os.environ[name] for name in NUMERICS_ENV if name in os.environ}
         full_env = {"PYTHONPATH": TRAINER_MOUNT, "PYTHONUNBUFFERED": "1", **chosen, **env}
-        return run_argv(self.udocker, self.container, [*LAST_EXIT, *argv], env=full_env, volumes=volumes,
-                        hostenv=hostenv, as_user=self.execmode not in RUNC_MODES)
+        runs = {mode: run_argv(self.udocker, container, [*LAST_EXIT, *argv], env={**full_env, MODE_ENV: mode},
+                               volumes=volumes, hostenv=hostenv, as_user=mode not in RUNC_MODES)
+                for mode, container in containers.items()}
+        if self.execmode in RUNC_MODES or self.execmode == AUTO_MODE:
+            return chooser_argv(runs, no_runc)
+        return runs[self.execmode]
 
-    def _make_mountpoints(self, targets: Sequence[Path]) -> None:
-        """Create the bind targets inside the container's root before any run starts.
+    def containers(self, hostenv: bool = False) -> tuple[dict[str, str], Optional[str]]:
+        """The modes a command may run in and their containers, and why ``auto`` offers no runc mode (None where it
+        does): the one mode and container of an explicit mode; under ``auto`` R1's and P1's, P1's alone where no R1
+        container was made, or for Open MPI's ranks (``hostenv``: they cannot reach mpirun from runc's namespaces)."""
+        if self.execmode != AUTO_MODE:
+            return {self.execmode: self.container}, None
+        if hostenv:
+            return {AUTO_FALLBACK_MODE: self.container}, "Open MPI's ranks cannot reach mpirun from runc's namespaces"
+        if self.runc_container is None:
+            return ({AUTO_FALLBACK_MODE: self.container},
+                    "no R1 container was made (the node that pulled the image could not run R1: its pull_image log "
+                    "says why)")
+        return {AUTO_RUNC_MODE: self.runc_container, AUTO_FALLBACK_MODE: self.container}, None
+
+    def _make_mountpoints(self, containers: Iterable[str], targets: Sequence[Path]) -> None:
+        """Create the bind targets inside the containers' roots before any run starts.
 
         Otherwise proot resolves them through temporary "glue" directories, and a concurrent ``udocker run`` that
         creates part of the path in the root changes what the others see: a rank then failed to write its result
         (ENOENT) in about one MPI run in five.
         """
-        root = self.udocker.udocker_dir / "containers" / self.container / "ROOT"
-        for target in targets:
-            (root / str(target).lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for container in containers:
+            root = self.udocker.udocker_dir / "containers" / container / "ROOT"
+            for target in targets:
+                (root / str(target).lstrip("/")).mkdir(parents=True, exist_ok=True)
 
     def process_env(self) -> dict[str, str]:
-        """The environment the command itself is started with."""
-        return self.udocker.env()
+        """The environment the command itself is started with: udocker's, with this hvdflow first on PYTHONPATH for
+        the mode chooser."""
+        return with_this_hvdflow(self.udocker.env())
 
     def gpu_setup(self) -> Optional[NvidiaSetup]:
         """What a task on a GPU node does before its rank runs: ``udocker setup --nvidia`` of this container
         (:func:`expose_gpus`)."""
-        return NvidiaSetup(str(self.udocker.udocker_dir), self.container)
+        return NvidiaSetup(str(self.udocker.udocker_dir), list(self.containers()[0].values()))
 
     def refusal(self, launcher: str) -> Optional[str]:
         """Why the container's mode cannot run the ranks of ``launcher`` (Open MPI's under R1); None where it can."""
@@ -78,13 +106,12 @@ class UdockerRuntime:
 
 
 def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> UdockerRuntime:
-    """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses; UdockerError naming
-    why where the container's runc mode cannot run on this node."""
-    require_runc_mode(record.execmode)
+    """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses. (Whether a runc mode
+    can run is asked on each rank's node: :mod:`hvdflow.images.execmode_choice`.)"""
     udocker_dir = Path(record.udocker_dir)
     proot = engine_binary(udocker_dir, record.container, settings.proot)
     return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container,
-                          record.execmode)
+                          record.execmode, record.runc_container)
 
 
 def udocker_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
@@ -106,16 +133,16 @@ def nvidia_driver_version() -> str | None:
 
 
 def expose_gpus(setup: NvidiaSetup) -> str:
-    """``udocker setup --nvidia`` for the container of ``setup`` (:meth:`UdockerRuntime.gpu_setup`), once per driver
-    version; skipped where no driver exists. A note for the rank's log."""
-    container = setup.container
+    """``udocker setup --nvidia`` for the containers of ``setup`` (:meth:`UdockerRuntime.gpu_setup`: both of
+    ``execmode: auto``'s), once per driver version; skipped where no driver exists. A note for the rank's log."""
     driver = nvidia_driver_version()
     if driver is None:
         return f"no NVIDIA driver on {os.uname().nodename}: udocker setup --nvidia skipped"
     udocker = Udocker(Path(setup.udocker_dir), allow_root=allow_root_from_env())
-    marker = udocker.state_dir / "nvidia" / f"{container}-{hashlib.sha256(driver.encode()).hexdigest()[:12]}.done"
-    with exclusive_lock(marker.with_suffix(".lock"), 600, f"udocker setup --nvidia of {container}"):
-        if not marker.exists():
-            udocker.check("setup", "--nvidia", "--force", container, timeout=600)
-            marker.write_text(driver + "\n")
-    return f"udocker set up for NVIDIA ({driver})"
+    for container in setup.containers:
+        marker = udocker.state_dir / "nvidia" / f"{container}-{hashlib.sha256(driver.encode()).hexdigest()[:12]}.done"
+        with exclusive_lock(marker.with_suffix(".lock"), 600, f"udocker setup --nvidia of {container}"):
+            if not marker.exists():
+                udocker.check("setup", "--nvidia", "--force", container, timeout=600)
+                marker.write_text(driver + "\n")
+    return f"udocker set up for NVIDIA ({driver}): {', '.join(setup.containers)}"
