@@ -4,12 +4,13 @@ efficiency, the goals udocker is held to and how far a missed one is, the allred
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hvdflow.config.benchmark import MODELS, Measurement, benchmark_spec, framework_of
+from hvdflow.config.benchmark import MODELS, NAME_PATTERN, Measurement, benchmark_spec, framework_of, runtime_kind
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
@@ -41,7 +42,7 @@ def test_measurements_are_planned_repetition_by_repetition_and_allreduce_only_wi
     ({"repetitions": 0}, "benchmark.repetitions: 0 must be an integer of at least 1"),
     ({"ranks": []}, "benchmark.ranks: give a non-empty list of integers"),
     ({"ranks": [0, 2]}, "benchmark.ranks: 0 is less than 1"),
-    ({"runtimes": ["docker"]}, "benchmark.runtimes: 'docker' is not one of udocker, native"),
+    ({"runtimes": ["docker"]}, "benchmark.runtimes: 'docker' is not one of udocker, udocker-P1, udocker-R1, native"),
     ({"nodes": [4], "ranks": [2]}, "benchmark.nodes: every node count (4) exceeds every rank count (2)"),
     ({"image": ""}, "benchmark.image: name the catalogue's image"),
     ({"frameworks": ["mxnet"]}, "benchmark.frameworks: 'mxnet' is not one of tensorflow, pytorch-horovod, pytorch-ddp"),
@@ -149,6 +150,25 @@ def test_each_goal_is_judged_where_udocker_is_worst_and_a_miss_says_by_how_much(
     bandwidth = found["allreduce bus bandwidth"]
     assert bandwidth.ratio == pytest.approx(0.5) and "MISSED by 47.4 %" in bandwidth.line()
     assert goals(table_rows([r for r in RESULTS if r["measurement"]["runtime"] == "udocker"])) == []
+
+
+def test_each_udocker_mode_is_held_to_its_own_goals_side_by_side_with_native() -> None:
+    spec = benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1], "allreduce": False,
+                           "runtimes": ["udocker-P1", "udocker-R1", "native"], "repetitions": 1})
+    assert [m.name for m in spec.measurements()] == ["mlp-r1-n1-udocker-P1-0", "mlp-r1-n1-udocker-R1-0",
+                                                     "mlp-r1-n1-native-0"]
+    assert re.fullmatch(NAME_PATTERN, "mlp-r1-n1-udocker-R1-0")["runtime"] == "udocker-R1"  # type: ignore[index]
+    assert [runtime_kind(r) for r in spec.runtimes] == [("udocker", "P1"), ("udocker", "R1"), ("native", None)]
+    results = [_result("mlp", 1, "udocker-P1", 0, 90.0, 12.0, launch=5.0),
+               _result("mlp", 1, "udocker-R1", 0, 99.0, 10.5, launch=3.2), _result("mlp", 1, "native", 0, 100.0, 10.0)]
+    found = {g.name: g for g in goals(table_rows(results))}
+    r1 = found["training time per sample, udocker-R1/native"]
+    assert (r1.ratio, r1.limit, r1.met) == (pytest.approx(100 / 99), 1.02, True)
+    assert (found["time to the first step, udocker-R1/native"].limit,
+            found["time to the first step, udocker-R1/native"].met) == (1.1, True)
+    p1 = found["rank start + TF/Horovod import, udocker-P1/native"]
+    assert (p1.ratio, p1.limit, p1.met) == (pytest.approx(5 / 3), 1.1, False)  # P1's figures kept beside R1's
+    assert found["training time per sample, udocker-P1/native"].limit == 1.05
 
 
 def test_summary_table_and_figures_are_written(tmp_path: Path) -> None:

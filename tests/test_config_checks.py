@@ -184,6 +184,9 @@ def test_the_benchmark_is_none_without_its_section_and_its_spec_with_it(tmp_path
      "(cpu, trainer)"),
     ({"image": "preparer"}, None,
      "benchmark.image: 'preparer' is not an image of the catalogue containers/catalog.yaml that trains (cpu, trainer)"),
+    ({"runtimes": ["udocker-P1", "udocker-R1", "native"]}, None,
+     "benchmark.runtimes: udocker-R1 runs udocker's R1 container, which execmode P1 does not make (profile {path}): "
+     "set execmode: auto or R1 there"),
 ])
 def test_a_bad_benchmark_is_named(tmp_path: Path, keys: dict[str, Any], gpus_per_node: Optional[int],
                                   message: str) -> None:

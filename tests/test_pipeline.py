@@ -17,6 +17,7 @@ import yaml
 
 from conftest import REPO, HpcUser, Registry, _chown_tree
 from helpers import build_tiny_layout, derived_layout
+from hvdflow.config.benchmark import runtime_kind
 from hvdflow.images.build.image import BuiltImage, push_image
 from hvdflow.testbed.registry_server import start_registry
 from pipeline_run import (
@@ -282,16 +283,17 @@ def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser
     assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
 
 
-def test_the_benchmark_measures_udocker_against_native_and_reports_every_goal(demo: Pipeline, hpc_user: HpcUser,
-                                                                            registry: Registry, udocker_dir: Path) -> None:
+def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_goal(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     give_the_user_the_image_builds_wheels(hpc_user)
-    pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, demo, runtimes=["udocker", "native"],
-                                  repetitions=2)
-    proc = pipeline.snakemake("benchmark")
+    # proot (P1) and rootless runc (R1) side by side with native, one run: the profile's execmode auto made both
+    pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, demo,
+                                  runtimes=["udocker-P1", "udocker-R1", "native"], repetitions=2)
+    proc = pipeline.snakemake("benchmark", extra_env={"HVDFLOW_EXECMODE": "auto"})
     assert proc.returncode == 0, proc.stderr[-5000:]
-    assert "rule pull_image" not in proc.stdout + proc.stderr  # the demo's pulled image serves
+    assert pipeline.json("resources/images/hvdflow-cpu.json")["runc_container"].endswith("-r1")
     table = read_table(pipeline)
-    for runtime in ("udocker", "native"):
+    for runtime in ("udocker-P1", "udocker-R1", "native"):
         for ranks in (1, 2):
             row = table[("mlp", ranks, 1, runtime, "samples_per_second", 0)]
             assert int(row["n"]) == 2 and float(row["mean"]) > 0 and float(row["ci95"]) >= 0
@@ -301,19 +303,23 @@ def test_the_benchmark_measures_udocker_against_native_and_reports_every_goal(de
         for size in (1024, 2 ** 20):
             assert float(table[("allreduce", 2, 1, runtime, "bus_bandwidth_bytes_per_second", size)]["mean"]) > 0
         assert float(table[("allreduce", 2, 1, runtime, "tcp_bytes_per_second", 0)]["mean"]) > 0
+        # each rank ran in the mode its runtime names (native: outside udocker)
+        measured = pipeline.json(f"results/benchmark/measurements/mlp-r2-n1-{runtime}-0.json")
+        assert [r["execmode"] for r in measured["per_rank"]] == [runtime_kind(runtime)[1]] * 2, measured["per_rank"]
     # each rank of a 2-rank measurement owns its own core and runs one thread: the local launcher's binding
-    measured = pipeline.json("results/benchmark/measurements/mlp-r2-n1-udocker-0.json")
+    measured = pipeline.json("results/benchmark/measurements/mlp-r2-n1-udocker-P1-0.json")
     assert measured["ranks"] == 2 and measured["threads"] == 1 and measured["tensorflow"] == "2.15.1"
     assert sorted(tuple(r["cpus"]) for r in measured["per_rank"]) == [(0,), (1,)]
     assert measured["seconds_to_first_step"] > measured["launch_to_import_seconds"] > measured["import_seconds"] > 0
     summary = pipeline.json("results/benchmark/summary.json")
-    assert sorted(g["name"].split(",")[0] for g in summary["goals"]) == [
-        "allreduce bus bandwidth", "rank start + TF/Horovod import", "time to the first step",
-        "training time per sample"]
+    assert sorted(g["name"] for g in summary["goals"]) == sorted(
+        f"{goal}, {runtime}/native" for runtime in ("udocker-P1", "udocker-R1")
+        for goal in ("allreduce bus bandwidth", "rank start + TF/Horovod import", "time to the first step",
+                     "training time per sample"))
     log = (pipeline.root / "logs/benchmark_summary.log").read_text()
     for goal in summary["goals"]:
         assert re.search(re.escape(goal["name"]) + r": [\d.]+ \(goal [<>]= [\d.]+\) (met|MISSED by [\d.]+ %)", log), log
-    assert "allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log
+    assert "allreduce/TCP, udocker-R1, 2 ranks on 1 node(s)" in log
     for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce", "frameworks"):
         assert (pipeline.root / f"results/benchmark/plots/{plot}.png").read_bytes().startswith(PNG)
     assert not list((pipeline.root / "results/benchmark/measurements").glob(".*")), "a work folder was left"

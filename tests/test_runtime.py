@@ -18,9 +18,9 @@ import pytest
 
 from conftest import REPO
 from hvdflow.config.profile import RUNTIMES
-from hvdflow.errors import ConfigError
+from hvdflow.errors import ConfigError, ImageError
 from hvdflow.images.execmode_choice import MODE_ENV, REFUSED, chooser_argv
-from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.pull import ContainerRecord, container_in_mode
 from hvdflow.images.runc_probe import RuncProbe
 from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
 from hvdflow.launch.runtime.base import KINDS
@@ -312,3 +312,15 @@ def test_the_auto_runtime_offers_each_rank_r1s_and_p1s_commands_and_open_mpi_ran
     # an explicit P1: udocker directly, no chooser
     assert p1[p1.index("run"):][-8:] == ["c1", *LAST_EXIT, "python3", "-V"] and f"--env={MODE_ENV}=P1" in p1
     assert "hvdflow.images.execmode_choice" not in p1
+
+
+def test_the_benchmark_takes_each_modes_container_from_autos_record_and_names_a_mode_never_made(tmp_path: Path) -> None:
+    auto = replace(_record(tmp_path), execmode="auto", runc_container="c1-r1")
+    assert (container_in_mode(auto, "R1").container, container_in_mode(auto, "R1").execmode) == ("c1-r1", "R1")
+    assert (container_in_mode(auto, "P1").container, container_in_mode(auto, "P1").execmode) == ("c1", "P1")
+    with pytest.raises(ImageError, match=r"^image hvdflow-cpu: no R1 container was made \(the node that pulled it "
+                                         r"could not run R1: its pull_image log says why\)$"):
+        container_in_mode(replace(auto, runc_container=None), "R1")
+    with pytest.raises(ImageError, match=r"^image hvdflow-cpu: no R1 container was made, only execmode P1's; set "
+                                         r"execmode: auto or R1 in the profile$"):
+        container_in_mode(_record(tmp_path), "R1")

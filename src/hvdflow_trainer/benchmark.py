@@ -54,6 +54,13 @@ def bus_bandwidth(size_bytes: int, seconds: float, ranks: int) -> float:
     return size_bytes / seconds * 2 * (ranks - 1) / ranks
 
 
+def rank_facts(import_seconds: float, launch_to_import: float) -> Dict[str, Any]:
+    """What every framework's rank reports of itself for the measurement's ``per_rank``: its start, host, cores, and
+    the udocker mode that ran it (None outside udocker)."""
+    return {"import_seconds": import_seconds, "launch_to_import": launch_to_import, "hostname": socket.gethostname(),
+            "cpus": sorted(os.sched_getaffinity(0)), "execmode": os.environ.get("HVDFLOW_UDOCKER_MODE")}
+
+
 def iterations_for(size_bytes: int) -> int:
     """Allreduces timed per message size: about ALLREDUCE_BYTES_PER_SIZE in all, between 3 and 50."""
     return max(3, min(50, ALLREDUCE_BYTES_PER_SIZE // size_bytes))

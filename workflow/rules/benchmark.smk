@@ -21,7 +21,7 @@ rule benchmark_measure:
         "logs/benchmark_measure/{kind}-r{ranks}-n{nodes}-{runtime}-{rep}.log",
     wildcard_constraints:
         kind="|".join(BENCHMARK_KINDS),
-        runtime="udocker|native",
+        runtime="|".join(BENCHMARK_RUNTIMES),
         ranks=r"\d+",
         nodes=r"\d+",
         rep=r"\d+",

@@ -1,6 +1,11 @@
 # the Snakefile has put this workflow's src/ first on sys.path (one source of code)
 from hvdflow.pipeline import steps  # noqa: E402
-from hvdflow.config.benchmark import ALLREDUCE, MODELS, framework_of  # noqa: E402
+from hvdflow.config.benchmark import (
+    ALLREDUCE,
+    BENCHMARK_RUNTIMES,
+    MODELS,
+    framework_of,
+)  # noqa: E402
 from hvdflow.config.parse_time import check_workflow_config  # noqa: E402
 from hvdflow.config.datasets import input_paths, source_name, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from hvdflow.config.profile import RUNTIMES
 from hvdflow.config.user_code import USER_MODEL, UserModel
@@ -23,8 +23,21 @@ FRAMEWORKS = {"tensorflow": "", "pytorch-horovod": "torch-", "pytorch-ddp": "ddp
 """The frameworks the benchmark compares, and the prefix of their measurements' kinds: TensorFlow/Keras with Horovod
 (``mlp``, ``allreduce``), PyTorch with Horovod (``torch-mlp``, ``torch-allreduce``), PyTorch's
 DistributedDataParallel (``ddp-mlp``, ``ddp-allreduce``)."""
-NAME_PATTERN = rf"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-(?P<runtime>{'|'.join(RUNTIMES)})-(?P<rep>\d+)"
+UDOCKER_MODES = {"udocker": None, "udocker-P1": "P1", "udocker-R1": "R1"}
+"""The benchmark's udocker runtimes and the mode each runs: ``udocker`` the profile's (under ``auto``, each node's
+choice), ``udocker-P1`` and ``udocker-R1`` that mode's container, so that one run sets the modes side by side."""
+BENCHMARK_RUNTIMES = (*UDOCKER_MODES, *(r for r in RUNTIMES if r != "udocker"))
+NAME_PATTERN = (r"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-"
+                rf"(?P<runtime>{'|'.join(sorted(BENCHMARK_RUNTIMES, key=len, reverse=True))})-(?P<rep>\d+)")
 """How a measurement's name reads back (:attr:`Measurement.name`)."""
+
+
+def runtime_kind(runtime: str) -> tuple[str, Optional[str]]:
+    """The profile's runtime a benchmark runtime is (``udocker``, ``native``), and the udocker mode it asks for
+    (None: the profile's)."""
+    if runtime in UDOCKER_MODES:
+        return "udocker", UDOCKER_MODES[runtime]
+    return runtime, None
 
 
 def framework_of(kind: str) -> tuple[str, str]:
@@ -116,7 +129,7 @@ class BenchmarkSpec:
         host's Python with the image's pinned wheels, and PyTorch's image is Debian 13's Python and torch)."""
         if framework_of(kind)[0] == "tensorflow":
             return self.runtimes
-        return tuple(r for r in self.runtimes if r == "udocker")
+        return tuple(r for r in self.runtimes if runtime_kind(r)[0] == "udocker")
 
     def layouts(self) -> list[tuple[int, int]]:
         """Every (ranks, nodes) the measurements use: each must fit the profile's cluster
@@ -191,7 +204,7 @@ def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
         models=_names("models", section.get("models"), MODELS + tuple(user_models)),
         ranks=_ints("ranks", section.get("ranks"), 1),
         nodes=_ints("nodes", section.get("nodes", [1]), 1),
-        runtimes=_names("runtimes", section.get("runtimes", ["udocker"]), RUNTIMES),
+        runtimes=_names("runtimes", section.get("runtimes", ["udocker"]), BENCHMARK_RUNTIMES),
         repetitions=_int("repetitions", section.get("repetitions", 3), 1),
         batch_size=_int("batch_size", section.get("batch_size", 32), 1),
         hidden_units=_int("hidden_units", section.get("hidden_units", 64), 1),

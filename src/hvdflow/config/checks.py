@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from hvdflow.config.benchmark import BenchmarkSpec, benchmark_spec
+from hvdflow.config.benchmark import BenchmarkSpec, benchmark_spec, runtime_kind
 from hvdflow.config.datasets import check_dataset
 from hvdflow.config.experiment import TrainSpec, max_ranks_of
 from hvdflow.config.layout import check_layout
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import ConfigError, HvdflowError, LaunchError
-from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.catalog import AUTO_MODE, ImageSpec
 
 PURPOSES = (("experiments", "train"), ("datasets", "prepare"))
 """What the image of each section's entries must be for (the catalogue's ``purposes``)."""
@@ -109,6 +109,12 @@ def checked_benchmark(config: Mapping[str, Any], profile: ClusterProfile,
     if "benchmark" not in config:
         return None
     spec = benchmark_spec(config["benchmark"])
+    made = profile.execmode or (catalog[spec.image].execmode if spec.image in catalog else None)
+    for runtime in spec.runtimes:
+        mode = runtime_kind(runtime)[1]
+        if mode is not None and made not in (AUTO_MODE, mode):
+            raise ConfigError(f"benchmark.runtimes: {runtime} runs udocker's {mode} container, which execmode {made} "
+                              f"does not make (profile {profile.path}): set execmode: auto or {mode} there")
     for ranks, nodes in spec.layouts():
         check_layout(f"benchmark.ranks {ranks} on benchmark.nodes {nodes}", ranks, nodes, profile.slurm, profile.path)
     for key, image, framework, used in (("image", spec.image, "tensorflow", "tensorflow" in spec.frameworks),

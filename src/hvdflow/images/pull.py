@@ -206,6 +206,20 @@ def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, exec
         return record
 
 
+def container_in_mode(record: ContainerRecord, mode: str) -> ContainerRecord:
+    """The record of ``record``'s container that runs ``mode``: its own, or one of ``auto``'s two (the benchmark
+    sets the modes side by side); ImageError naming why there is none."""
+    if record.execmode == mode:
+        return record
+    if record.execmode == AUTO_MODE and mode == AUTO_FALLBACK_MODE:
+        return replace(record, execmode=mode, runc_container=None)
+    if record.execmode == AUTO_MODE and mode == AUTO_RUNC_MODE and record.runc_container is not None:
+        return replace(record, container=record.runc_container, execmode=mode, runc_container=None)
+    why = (" (the node that pulled it could not run R1: its pull_image log says why)" if record.execmode == AUTO_MODE
+           else f", only execmode {record.execmode}'s; set execmode: auto or {mode} in the profile")
+    raise ImageError(f"image {record.image}: no {mode} container was made{why}")
+
+
 def _auto_record(fallback: ContainerRecord, runc: ContainerRecord | None) -> ContainerRecord:
     """The record of ``execmode: auto``: P1's container, and R1's beside it where it was made."""
     return replace(fallback, execmode=AUTO_MODE, runc_container=None if runc is None else runc.container)

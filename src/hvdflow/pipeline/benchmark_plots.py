@@ -52,18 +52,19 @@ def plot_efficiency(rows: list[Row], out: Path) -> None:
 
 
 def plot_runtime_ratio(rows: list[Row], out: Path) -> None:
-    """udocker over native per measurement: training time per sample and time to the first step (1 is parity)."""
+    """Each udocker runtime (mode) over native per measurement: training time per sample and time to the first step
+    (1 is parity)."""
     by_key = {r.key: r for r in rows}
     labels, steady, first = [], [], []
     for row in rows:
-        if row.runtime != "udocker" or row.metric != "samples_per_second":
+        if row.runtime == "native" or row.metric != "samples_per_second":
             continue
         native = by_key.get((row.kind, row.ranks, row.nodes, "native", row.metric, 0))
         native_first = by_key.get((row.kind, row.ranks, row.nodes, "native", "seconds_to_first_step", 0))
-        container_first = by_key.get((row.kind, row.ranks, row.nodes, "udocker", "seconds_to_first_step", 0))
+        container_first = by_key.get((row.kind, row.ranks, row.nodes, row.runtime, "seconds_to_first_step", 0))
         if native is None or native_first is None or container_first is None:
             continue
-        labels.append(f"{row.kind}\n{row.ranks}r/{row.nodes}n")
+        labels.append(f"{row.kind}\n{row.ranks}r/{row.nodes}n\n{row.runtime}")
         steady.append(native.mean / row.mean)
         first.append(container_first.mean / native_first.mean)
     fig, ax = plt.subplots(figsize=(max(5, len(labels) * 1.2), 4.5))

@@ -9,7 +9,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-from hvdflow.config.benchmark import BenchmarkSpec, Measurement
+from hvdflow.config.benchmark import BenchmarkSpec, Measurement, runtime_kind
 from hvdflow.config.datasets import resolved_spec
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import ClusterProfile
@@ -185,10 +185,12 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
 
 def benchmark_measure_step(measurement: Measurement, spec: BenchmarkSpec, profile: ClusterProfile, catalog: Path,
                            image_record: Path, out: Path, log: Path) -> None:
-    """One benchmark measurement in its runtime (udocker, or the native venv of the same image's packages)."""
-    settings = RuntimeSettings.of_profile(replace(profile, runtime=measurement.runtime), catalog)
+    """One benchmark measurement in its runtime (udocker in the profile's mode or the one the runtime names, or the
+    native venv of the same image's packages)."""
+    kind, mode = runtime_kind(measurement.runtime)
+    settings = RuntimeSettings.of_profile(replace(profile, runtime=kind), catalog)
     with logged(log, runtime_setup_detail(settings, image_record)):
-        runtime = runtime_for(replace(profile, runtime=measurement.runtime), image_record, catalog)
+        runtime = runtime_for(replace(profile, runtime=kind), image_record, catalog, mode)
         measure(runtime, profile.launcher, spec, measurement, out.resolve(), log.resolve().with_suffix(""),
                 profile.slurm, profile.network_interface, profile.step_timeout, log.resolve(), profile.cpu_bind)
 

@@ -4,13 +4,11 @@ throughput on synthetic data, Horovod's allreduce bandwidth, and the raw TCP ban
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, tcp_bandwidth
+from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, rank_facts, tcp_bandwidth
 from ..user_code import user_model_of
 
 
@@ -103,9 +101,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                       steps=args.steps)
         first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
         result["seconds_to_first_step"] = max(hvd_tf.allgather_object(first, name="first_step"))
-    ranks = hvd_tf.allgather_object({"import_seconds": import_seconds, "launch_to_import": imported_at - args.launched,
-                                     "hostname": socket.gethostname(), "cpus": sorted(os.sched_getaffinity(0))},
-                                    name="rank_facts")
+    ranks = hvd_tf.allgather_object(rank_facts(import_seconds, imported_at - args.launched), name="rank_facts")
     result["import_seconds"] = max(float(r["import_seconds"]) for r in ranks)
     result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in ranks)
     result["per_rank"] = ranks

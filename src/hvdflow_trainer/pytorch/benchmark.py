@@ -5,13 +5,11 @@ measurements use, and the allreduce bandwidth of the distributed mode (the raw T
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for
+from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, rank_facts
 
 
 def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
@@ -105,8 +103,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                       steps=args.steps)
         first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
         result["seconds_to_first_step"] = max(ranks.allgather_object(first))
-    facts = ranks.allgather_object({"import_seconds": import_seconds, "launch_to_import": imported_at - args.launched,
-                                    "hostname": socket.gethostname(), "cpus": sorted(os.sched_getaffinity(0))})
+    facts = ranks.allgather_object(rank_facts(import_seconds, imported_at - args.launched))
     result["import_seconds"] = max(float(r["import_seconds"]) for r in facts)
     result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in facts)
     result["per_rank"] = facts

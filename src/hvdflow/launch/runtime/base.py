@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime
 
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import ConfigError
-from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.pull import ContainerRecord, container_in_mode
 from hvdflow.launch.runtime.native import native_recorded_engine, native_runtime, native_setup_log
 from hvdflow.launch.runtime.settings import RuntimeSettings
 from hvdflow.launch.runtime.udocker import expose_gpus as udocker_expose_gpus
@@ -90,9 +90,12 @@ def make_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Runtime:
     return kind_of(settings).build(settings, record)
 
 
-def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path) -> Runtime:
-    """The runtime the profile asks for, with the image the record (a file the pull wrote) names."""
+def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path, execmode: Optional[str] = None) -> Runtime:
+    """The runtime the profile asks for, with the image the record (a file the pull wrote) names; with ``execmode``,
+    udocker's container of that mode (:func:`~hvdflow.images.pull.container_in_mode`)."""
     record = ContainerRecord(**json.loads(image_record.read_text()))
+    if execmode is not None:
+        record = container_in_mode(record, execmode)
     return make_runtime(RuntimeSettings.of_profile(profile, catalog), record)
 
 
