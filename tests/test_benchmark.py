@@ -9,8 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from hvdflow.config.benchmark import MODELS, NAME_PATTERN, Measurement, benchmark_spec, framework_of, runtime_kind
+from conftest import REPO
+from hvdflow.config.benchmark import (
+    BENCHMARK_RUNTIMES,
+    MODELS,
+    NAME_PATTERN,
+    Measurement,
+    benchmark_spec,
+    framework_of,
+    runtime_kind,
+)
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
@@ -159,6 +169,8 @@ def test_each_udocker_mode_is_held_to_its_own_goals_side_by_side_with_native() -
                                                      "mlp-r1-n1-native-0"]
     assert re.fullmatch(NAME_PATTERN, "mlp-r1-n1-udocker-R1-0")["runtime"] == "udocker-R1"  # type: ignore[index]
     assert [runtime_kind(r) for r in spec.runtimes] == [("udocker", "P1"), ("udocker", "R1"), ("native", None)]
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    assert schema["properties"]["benchmark"]["properties"]["runtimes"]["items"]["enum"] == list(BENCHMARK_RUNTIMES)
     results = [_result("mlp", 1, "udocker-P1", 0, 90.0, 12.0, launch=5.0),
                _result("mlp", 1, "udocker-R1", 0, 99.0, 10.5, launch=3.2), _result("mlp", 1, "native", 0, 100.0, 10.0)]
     found = {g.name: g for g in goals(table_rows(results))}
