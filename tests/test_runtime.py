@@ -272,9 +272,9 @@ def test_auto_chooses_r1_on_a_node_that_allows_it_and_p1_where_user_namespaces_a
     assert (limited.returncode, limited.stdout) == (0, f"P1 {limited.args}\n"), limited.stderr
     assert limited.stderr == (f"# hvdflow: execmode auto chose P1 on {node}: user namespaces are disabled on {node} "
                               "(user.max_user_namespaces = 0)\n")
-    offered = _chooser({"P1": RUNS["P1"]}, no_runc="Open MPI's ranks cannot reach mpirun from runc's namespaces")
+    offered = _chooser({"P1": RUNS["P1"]}, no_runc="launcher mpi: Open MPI's ranks cannot reach mpirun")
     assert (offered.stdout.split()[0], offered.stderr) == (
-        "P1", "# hvdflow: execmode auto chose P1: Open MPI's ranks cannot reach mpirun from runc's namespaces\n")
+        "P1", "# hvdflow: execmode auto chose P1: launcher mpi: Open MPI's ranks cannot reach mpirun\n")
 
 
 def test_an_explicit_r1_on_a_node_without_user_namespaces_is_refused_by_name_before_udocker_runs() -> None:
@@ -304,8 +304,13 @@ def test_the_auto_runtime_offers_each_rank_r1s_and_p1s_commands_and_open_mpi_ran
         assert (tmp_path / "udocker" / "containers" / container / "ROOT" / str(tmp_path).lstrip("/")).is_dir()
     assert runtime.gpu_setup() == NvidiaSetup(str(tmp_path / "udocker"), ["c1-r1", "c1"])
     assert runtime.process_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO / "src")  # the chooser's hvdflow
-    mpi = json.loads(runtime.command(["python3", "-V"], {}, [tmp_path], hostenv=True)[3])
-    assert (list(mpi["runs"]), mpi["no_runc"]) == (["P1"], "Open MPI's ranks cannot reach mpirun from runc's namespaces")
+    # Slurm's rank tasks pass their environment (hostenv) under every launcher: Gloo's ranks still get both modes
+    slurm_gloo = json.loads(runtime.for_launcher("gloo").command(["python3", "-V"], {}, [tmp_path], hostenv=True)[3])
+    assert list(slurm_gloo["runs"]) == ["R1", "P1"] and "--hostenv" in slurm_gloo["runs"]["R1"]
+    mpi = json.loads(runtime.for_launcher("mpi").command(["python3", "-V"], {}, [tmp_path], hostenv=True)[3])
+    assert (list(mpi["runs"]), mpi["no_runc"]) == (
+        ["P1"], "launcher mpi: Open MPI's ranks cannot reach mpirun's PMIx server from runc's namespaces")
+    assert runtime.for_launcher("gloo") is runtime
     single = make_runtime(settings, replace(_record(tmp_path / "udocker"), execmode="auto"))
     assert json.loads(single.command(["python3", "-V"], {}, [tmp_path])[3])["no_runc"].startswith("no R1 container")
     p1 = make_runtime(settings, _record(tmp_path / "udocker")).command(["python3", "-V"], {}, [tmp_path])

@@ -24,6 +24,7 @@ def launch(runtime: Runtime, request: LaunchRequest) -> None:
     refused = runtime.refusal(request.launcher)
     if refused is not None:
         raise LaunchError(refused)
+    runtime = runtime.for_launcher(request.launcher)
     if cluster is not None:
         if elastic is not None:
             launch_slurm_elastic(runtime, cluster, job, elastic, cpus.threads, request.timeout, request.progress)

@@ -52,6 +52,11 @@ class Runtime(Protocol):
         """Why this runtime cannot run the ranks ``launcher`` starts, naming the way out; None where it can."""
         ...
 
+    def for_launcher(self, launcher: str) -> "Runtime":
+        """This runtime as the ranks ``launcher`` starts run in (udocker under ``execmode: auto``: Open MPI's ranks
+        in P1 alone); itself where nothing changes."""
+        ...
+
 
 @dataclass(frozen=True)
 class RuntimeKind:

@@ -47,6 +47,10 @@ class NativeRuntime:
         """None: the venv runs the ranks of every launcher."""
         return None
 
+    def for_launcher(self, launcher: str) -> "NativeRuntime":
+        """Itself: the venv runs every launcher's ranks alike."""
+        return self
+
 
 def native_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     """None: the run record's engine (udocker's proot) has no part in a native run."""

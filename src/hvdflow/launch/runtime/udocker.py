@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -38,6 +38,8 @@ class UdockerRuntime:
     container on each node that can run it, else ``container`` in P1."""
     runc_container: Optional[str] = None
     """Under ``auto``: the R1 container beside ``container``, where it was made."""
+    runc_refused: Optional[str] = None
+    """Under ``auto``: why these ranks are offered P1 alone (:meth:`for_launcher`), or None."""
     name: str = "udocker"
 
     def command(self, argv: Sequence[str], env: Mapping[str, str], paths: Sequence[Path], hostenv: bool = False) -> list[str]:
@@ -46,7 +48,7 @@ class UdockerRuntime:
         exit, and that wrapper makes it the command's own. Where a runc mode may run it, the mode is chosen on the
         node the command starts on (:mod:`hvdflow.images.execmode_choice`); the command sees its mode in
         :data:`MODE_ENV`."""
-        containers, no_runc = self.containers(hostenv)
+        containers, no_runc = self.containers()
         self._make_mountpoints(containers.values(), [*paths, *(Path(TRAINER_MOUNT) / name for name in CONTAINER_PACKAGES)])
         volumes = [str(p) for p in paths] + [f"{package_dir(name)}:{TRAINER_MOUNT}/{name}" for name in CONTAINER_PACKAGES]
         if hostenv:
@@ -60,14 +62,14 @@ class UdockerRuntime:
             return chooser_argv(runs, no_runc)
         return runs[self.execmode]
 
-    def containers(self, hostenv: bool = False) -> tuple[dict[str, str], Optional[str]]:
+    def containers(self) -> tuple[dict[str, str], Optional[str]]:
         """The modes a command may run in and their containers, and why ``auto`` offers no runc mode (None where it
-        does): the one mode and container of an explicit mode; under ``auto`` R1's and P1's, P1's alone where no R1
-        container was made, or for Open MPI's ranks (``hostenv``: they cannot reach mpirun from runc's namespaces)."""
+        does): the one mode and container of an explicit mode; under ``auto`` R1's and P1's, or P1's alone where the
+        launcher's ranks cannot run R1 (:attr:`runc_refused`) or no R1 container was made."""
         if self.execmode != AUTO_MODE:
             return {self.execmode: self.container}, None
-        if hostenv:
-            return {AUTO_FALLBACK_MODE: self.container}, "Open MPI's ranks cannot reach mpirun from runc's namespaces"
+        if self.runc_refused is not None:
+            return {AUTO_FALLBACK_MODE: self.container}, self.runc_refused
         if self.runc_container is None:
             return ({AUTO_FALLBACK_MODE: self.container},
                     "no R1 container was made (the node that pulled the image could not run R1: its pull_image log "
@@ -99,6 +101,14 @@ class UdockerRuntime:
     def refusal(self, launcher: str) -> Optional[str]:
         """Why the container's mode cannot run the ranks of ``launcher`` (Open MPI's under R1); None where it can."""
         return launcher_refused(self.execmode, launcher)
+
+    def for_launcher(self, launcher: str) -> "UdockerRuntime":
+        """Under ``auto``, Open MPI's ranks get P1's container alone (from runc's namespaces they cannot reach
+        mpirun's PMIx server: :func:`~hvdflow.images.runc_probe.launcher_refused`); otherwise itself."""
+        if self.execmode != AUTO_MODE or launcher_refused(AUTO_RUNC_MODE, launcher) is None:
+            return self
+        return replace(self, runc_refused=f"launcher {launcher}: Open MPI's ranks cannot reach mpirun's PMIx server "
+                                          "from runc's namespaces")
 
     def engine(self) -> dict[str, str]:
         """The engine that runs the commands, for the record: the proot binary of udocker's P1/P2 modes."""
