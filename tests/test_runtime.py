@@ -293,8 +293,8 @@ def test_the_auto_runtime_offers_each_rank_r1s_and_p1s_commands_and_open_mpi_ran
                                catalog=REPO / "containers" / "catalog.yaml", allow_root=True)
     runtime = make_runtime(settings, replace(_record(tmp_path / "udocker"), execmode="auto", runc_container="c1-r1"))
     argv = runtime.command(["python3", "-V"], {"HOROVOD_RANK": "0"}, [tmp_path])
-    assert argv[:3] == [sys.executable, "-m", "hvdflow.images.execmode_choice"]
-    plan = json.loads(argv[3])
+    assert argv[:4] == [sys.executable, "-S", "-m", "hvdflow.images.execmode_choice"]
+    plan = json.loads(argv[4])
     assert (list(plan["runs"]), plan["no_runc"]) == (["R1", "P1"], None)
     for mode, container in (("R1", "c1-r1"), ("P1", "c1")):
         run = plan["runs"][mode]
@@ -305,14 +305,14 @@ def test_the_auto_runtime_offers_each_rank_r1s_and_p1s_commands_and_open_mpi_ran
     assert runtime.gpu_setup() == NvidiaSetup(str(tmp_path / "udocker"), ["c1-r1", "c1"])
     assert runtime.process_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO / "src")  # the chooser's hvdflow
     # Slurm's rank tasks pass their environment (hostenv) under every launcher: Gloo's ranks still get both modes
-    slurm_gloo = json.loads(runtime.for_launcher("gloo").command(["python3", "-V"], {}, [tmp_path], hostenv=True)[3])
+    slurm_gloo = json.loads(runtime.for_launcher("gloo").command(["python3", "-V"], {}, [tmp_path], hostenv=True)[4])
     assert list(slurm_gloo["runs"]) == ["R1", "P1"] and "--hostenv" in slurm_gloo["runs"]["R1"]
-    mpi = json.loads(runtime.for_launcher("mpi").command(["python3", "-V"], {}, [tmp_path], hostenv=True)[3])
+    mpi = json.loads(runtime.for_launcher("mpi").command(["python3", "-V"], {}, [tmp_path], hostenv=True)[4])
     assert (list(mpi["runs"]), mpi["no_runc"]) == (
         ["P1"], "launcher mpi: Open MPI's ranks cannot reach mpirun's PMIx server from runc's namespaces")
     assert runtime.for_launcher("gloo") is runtime
     single = make_runtime(settings, replace(_record(tmp_path / "udocker"), execmode="auto"))
-    assert json.loads(single.command(["python3", "-V"], {}, [tmp_path])[3])["no_runc"].startswith("no R1 container")
+    assert json.loads(single.command(["python3", "-V"], {}, [tmp_path])[4])["no_runc"].startswith("no R1 container")
     p1 = make_runtime(settings, _record(tmp_path / "udocker")).command(["python3", "-V"], {}, [tmp_path])
     # an explicit P1: udocker directly, no chooser
     assert p1[p1.index("run"):][-8:] == ["c1", *LAST_EXIT, "python3", "-V"] and f"--env={MODE_ENV}=P1" in p1

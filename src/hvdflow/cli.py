@@ -14,7 +14,8 @@ from typing import Callable, Optional
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
 from hvdflow.files.heartbeat import heartbeat, layers_text, to_stderr
-from hvdflow.images.catalog import PROFILE_EXECMODES, PROOT_ENGINES, get_image, load_catalog
+from hvdflow.images.catalog import PROOT_ENGINES, get_image, load_catalog
+from hvdflow.images.modes import PROFILE_EXECMODES
 from hvdflow.images.udocker import Udocker, allow_root_from_env
 
 

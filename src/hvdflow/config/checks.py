@@ -12,7 +12,8 @@ from hvdflow.config.experiment import TrainSpec, max_ranks_of
 from hvdflow.config.layout import check_layout
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import ConfigError, HvdflowError, LaunchError
-from hvdflow.images.catalog import AUTO_MODE, ImageSpec
+from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.modes import AUTO_MODE
 
 PURPOSES = (("experiments", "train"), ("datasets", "prepare"))
 """What the image of each section's entries must be for (the catalogue's ``purposes``)."""

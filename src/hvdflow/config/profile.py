@@ -16,7 +16,8 @@ from typing import Any, Mapping, Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
-from hvdflow.images.catalog import PROFILE_EXECMODES, PROOT_ENGINES
+from hvdflow.images.catalog import PROOT_ENGINES
+from hvdflow.images.modes import PROFILE_EXECMODES
 from hvdflow.images.offline import NO_REGISTRY
 from hvdflow.images.runc_probe import launcher_refused
 

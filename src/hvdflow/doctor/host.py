@@ -19,8 +19,9 @@ from hvdflow.errors import HvdflowError, RegistryUnreachable
 from hvdflow.files.heartbeat import size_text
 from hvdflow.files.private import in_shared_place
 from hvdflow.images.build.rootless import rootless_problem
-from hvdflow.images.catalog import AUTO_MODE, RUNC_MODES, ImageSpec
+from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
+from hvdflow.images.modes import AUTO_MODE, RUNC_MODES
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, pinned_container
 from hvdflow.images.registry import resolve_manifest

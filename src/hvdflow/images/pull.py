@@ -20,8 +20,9 @@ from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
-from hvdflow.images.catalog import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES, ImageSpec
+from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import check_against_lock, read_lock, write_lock_entry
+from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
 from hvdflow.images.registry import Manifest, resolve_manifest
 from hvdflow.images.registry_auth import Credentials
 from hvdflow.images.runc_probe import probe_runc_mode, require_runc_mode

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,8 +18,16 @@ from pathlib import Path
 from typing import Optional
 
 from hvdflow.errors import UdockerError
-from hvdflow.images.catalog import RUNC_MODES
-from hvdflow.images.udocker import host_runc
+from hvdflow.images.modes import RUNC_MODES
+
+RUNC_SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where the host's runc is looked for (Debian installs /usr/sbin/runc, not on an ordinary user's PATH)."""
+
+
+def host_runc() -> str | None:
+    """The host's ``runc`` (``UDOCKER_USE_RUNC_EXECUTABLE`` where set), or None where it has none."""
+    return os.environ.get("UDOCKER_USE_RUNC_EXECUTABLE") or shutil.which("runc", path=RUNC_SEARCH_PATH)
+
 
 MAX_USER_NAMESPACES = Path("/proc/sys/user/max_user_namespaces")
 _TRY_USER_NAMESPACE = (
@@ -59,7 +68,7 @@ class RuncProbe:
 
 
 def probe_runc_mode() -> RuncProbe:
-    """Probe this node: runc found (:func:`hvdflow.images.udocker.host_runc`), a user namespace created."""
+    """Probe this node: runc found (:func:`host_runc`), a user namespace created."""
     try:
         limit = MAX_USER_NAMESPACES.read_text().strip()
     except OSError:

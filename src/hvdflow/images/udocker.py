@@ -18,6 +18,7 @@ from typing import Mapping, Sequence
 from hvdflow.errors import UdockerError
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.files.private import in_shared_place, private_dir
+from hvdflow.images.runc_probe import host_runc
 from hvdflow.images.udocker_tools import HOST_PROOT, build_tools_tarball, engine_wrapper
 
 ROOT_REFUSAL = (
@@ -28,15 +29,6 @@ ROOT_REFUSAL = (
 
 LAUNCHER = Path(__file__).with_name("udocker_launcher.py")
 """What hvdflow runs as ``udocker``: udocker's command line with its R1 mode made sound (the module's docstring)."""
-RUNC_SEARCH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-"""Where the host's runc is looked for (Debian installs /usr/sbin/runc, not on an ordinary user's PATH)."""
-
-
-def host_runc() -> str | None:
-    """The host's ``runc`` (``UDOCKER_USE_RUNC_EXECUTABLE`` where set), or None where it has none."""
-    return os.environ.get("UDOCKER_USE_RUNC_EXECUTABLE") or shutil.which("runc", path=RUNC_SEARCH_PATH)
-
-
 def udocker_interpreter(executable: str) -> str:
     """The Python that runs the ``udocker`` script ``executable`` (its ``#!`` line), which has udocker installed."""
     with open(executable, "rb") as script:

@@ -17,7 +17,8 @@ from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.heartbeat import file_size, fresh_last_line, heartbeat, last_line, layers_text
-from hvdflow.images.catalog import AUTO_MODE, ImageSpec, get_image, load_catalog
+from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
+from hvdflow.images.modes import AUTO_MODE
 from hvdflow.images.offline import NO_REGISTRY, loaded_image
 from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
 from hvdflow.images.runc_probe import probe_runc_mode

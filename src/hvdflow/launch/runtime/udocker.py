@@ -12,8 +12,8 @@ from hvdflow import with_this_hvdflow
 from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
-from hvdflow.images.catalog import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
 from hvdflow.images.execmode_choice import MODE_ENV, chooser_argv
+from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
 from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.runc_probe import launcher_refused
 from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
