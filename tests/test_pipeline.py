@@ -287,8 +287,9 @@ def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_
         demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     give_the_user_the_image_builds_wheels(hpc_user)
     # proot (P1) and rootless runc (R1) side by side with native, one run: the profile's execmode auto made both
+    # one repetition: the mean and 1.96 sigma over repetitions are test_benchmark.py's (the suite's time goal)
     pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, demo,
-                                  runtimes=["udocker-P1", "udocker-R1", "native"], repetitions=2)
+                                  runtimes=["udocker-P1", "udocker-R1", "native"], repetitions=1)
     proc = pipeline.snakemake("benchmark", extra_env={"HVDFLOW_EXECMODE": "auto"})
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert pipeline.json("resources/images/hvdflow-cpu.json")["runc_container"].endswith("-r1")
@@ -296,7 +297,7 @@ def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_
     for runtime in ("udocker-P1", "udocker-R1", "native"):
         for ranks in (1, 2):
             row = table[("mlp", ranks, 1, runtime, "samples_per_second", 0)]
-            assert int(row["n"]) == 2 and float(row["mean"]) > 0 and float(row["ci95"]) >= 0
+            assert int(row["n"]) == 1 and float(row["mean"]) > 0 and float(row["ci95"]) == 0
             assert float(table[("mlp", ranks, 1, runtime, "seconds_to_first_step", 0)]["mean"]) > 0
         assert float(table[("mlp", 2, 1, runtime, "efficiency", 0)]["mean"]) > 0
         assert float(table[("mlp", 1, 1, runtime, "efficiency", 0)]["mean"]) == 1.0
