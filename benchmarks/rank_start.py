@@ -1,9 +1,11 @@
 """Benchmark: where a rank's start goes, under udocker's P1 and R1 and natively, side by side in one run.
 
 Run as the ordinary user in a pipeline working directory after the demo (``bash scripts/demo.sh``: the image pulled
-with ``execmode: auto``, so both containers exist):
+with ``execmode: auto``, so both containers exist), naming this script in the checkout (the demo's tree has no
+``benchmarks/``):
 
-    PYTHONPATH=src python benchmarks/rank_start.py --reps 5            # add --native with profiles/local-native's venv
+    cd ~/hvdflow-demo && PYTHONPATH=src python CHECKOUT/benchmarks/rank_start.py --reps 5
+    # add --native profiles/local-native/hvdflow.yaml where that profile's venv is built
 
 Each row is one layer of what a launcher starts for a rank, timed from outside (wall clock, median over the reps,
 interleaved rep by rep so machine noise hits all alike):
