@@ -323,8 +323,8 @@ def test_the_benchmark_takes_each_modes_container_from_autos_record_and_names_a_
     auto = replace(_record(tmp_path), execmode="auto", runc_container="c1-r1")
     assert (container_in_mode(auto, "R1").container, container_in_mode(auto, "R1").execmode) == ("c1-r1", "R1")
     assert (container_in_mode(auto, "P1").container, container_in_mode(auto, "P1").execmode) == ("c1", "P1")
-    with pytest.raises(ImageError, match=r"^image hvdflow-cpu: no R1 container was made \(the node that pulled it "
-                                         r"could not run R1: its pull_image log says why\)$"):
+    with pytest.raises(ImageError, match=r"^image hvdflow-cpu: no R1 container was made \(the node that pulled the "
+                                         r"image could not run R1: its pull_image log says why\)$"):
         container_in_mode(replace(auto, runc_container=None), "R1")
     with pytest.raises(ImageError, match=r"^image hvdflow-cpu: no R1 container was made, only execmode P1's; set "
                                          r"execmode: auto or R1 in the profile$"):

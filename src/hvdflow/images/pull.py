@@ -28,6 +28,8 @@ from hvdflow.images.registry_auth import Credentials
 from hvdflow.images.runc_probe import probe_runc_mode, require_runc_mode
 from hvdflow.images.udocker import Udocker
 
+NO_RUNC_CONTAINER = "no R1 container was made (the node that pulled the image could not run R1: its pull_image log says why)"
+"""Why ``execmode: auto``'s record names no R1 container: the runtime's and the benchmark's words alike."""
 PULL_LOCK_TIMEOUT = float(os.environ.get("HVDFLOW_LOCK_TIMEOUT", "1800"))
 
 
@@ -216,9 +218,10 @@ def container_in_mode(record: ContainerRecord, mode: str) -> ContainerRecord:
         return replace(record, execmode=mode, runc_container=None)
     if record.execmode == AUTO_MODE and mode == AUTO_RUNC_MODE and record.runc_container is not None:
         return replace(record, container=record.runc_container, execmode=mode, runc_container=None)
-    why = (" (the node that pulled it could not run R1: its pull_image log says why)" if record.execmode == AUTO_MODE
-           else f", only execmode {record.execmode}'s; set execmode: auto or {mode} in the profile")
-    raise ImageError(f"image {record.image}: no {mode} container was made{why}")
+    if record.execmode == AUTO_MODE:
+        raise ImageError(f"image {record.image}: {NO_RUNC_CONTAINER}")
+    raise ImageError(f"image {record.image}: no {mode} container was made, only execmode {record.execmode}'s; set "
+                     f"execmode: auto or {mode} in the profile")
 
 
 def _auto_record(fallback: ContainerRecord, runc: ContainerRecord | None) -> ContainerRecord:

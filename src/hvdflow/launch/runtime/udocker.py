@@ -14,7 +14,7 @@ from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.execmode_choice import MODE_ENV, chooser_argv
 from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
-from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.pull import NO_RUNC_CONTAINER, ContainerRecord
 from hvdflow.images.runc_probe import launcher_refused
 from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
 from hvdflow.images.udocker_tools import engine_binary
@@ -71,9 +71,7 @@ class UdockerRuntime:
         if self.runc_refused is not None:
             return {AUTO_FALLBACK_MODE: self.container}, self.runc_refused
         if self.runc_container is None:
-            return ({AUTO_FALLBACK_MODE: self.container},
-                    "no R1 container was made (the node that pulled the image could not run R1: its pull_image log "
-                    "says why)")
+            return {AUTO_FALLBACK_MODE: self.container}, NO_RUNC_CONTAINER
         return {AUTO_RUNC_MODE: self.runc_container, AUTO_FALLBACK_MODE: self.container}, None
 
     def _make_mountpoints(self, containers: Iterable[str], targets: Sequence[Path]) -> None:
