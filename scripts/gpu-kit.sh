@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Make the kit the GPU proof (scripts/gpu-check.sh, benchmarks/gpu_check.py) brings to a GPU node that may have no
+# network: udocker and Horovod's Python sources (the rendezvous server hvdflow's launcher starts) under KIT/site, the
+# static proot of hvdflow's images (KIT/proot, built or taken from ~/.cache/hvdflow) and Debian's runc (KIT/runc).
+# Run as root on a Debian 12 machine with PyPI (scripts/lib.sh installs the packages). About 12 MB.
+#   bash scripts/gpu-kit.sh KIT
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$HVDFLOW_ROOT"
+kit=${1:?usage: scripts/gpu-kit.sh KIT}
+HOROVOD_SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  # horovod-0.28.1.tar.gz
+apt_install_missing "${HVDFLOW_APT_PACKAGES[@]}" unzip
+venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-$(venv_key)
+ensure_venv "$venv"
+rm -rf "$kit" && mkdir -p "$kit/site" && kit=$(cd "$kit" && pwd)
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+"$venv/bin/pip" download -q --no-deps --only-binary=:all: -c requirements/constraints.txt udocker -d "$tmp"
+(cd "$kit/site" && unzip -q "$tmp"/udocker-*.whl 'udocker/*')
+"$venv/bin/pip" download -q --no-deps --no-binary=:all: horovod==0.28.1 -d "$tmp"
+echo "$HOROVOD_SDIST_SHA256  $tmp/horovod-0.28.1.tar.gz" | sha256sum -c --quiet
+tar -xzf "$tmp/horovod-0.28.1.tar.gz" -C "$tmp"
+(cd "$tmp/horovod-0.28.1" && find horovod -name '*.py' -print0 | xargs -0 cp --parents -t "$kit/site")
+PYTHONPATH=src "$venv/bin/python" - "$kit/proot" <<'PY'
+import shutil, sys
+from pathlib import Path
+from hvdflow.images.build.proot import ensure_proot
+from hvdflow.images.recipe import load_proot_build
+built = ensure_proot(load_proot_build(Path("containers/proot/proot.yaml")), Path(sys.argv[1] + ".log"))
+shutil.copy2(built, sys.argv[1])
+PY
+cp /usr/sbin/runc "$kit/runc"
+chmod -R a+rX "$kit"
+log "kit in $kit: $(du -sh "$kit" | cut -f1)"
