@@ -50,6 +50,7 @@ from hvdflow.errors import RunStopped  # noqa: E402
 from hvdflow.images.udocker import Udocker  # noqa: E402
 from hvdflow.images.udocker_tools import IMAGE_PROOT  # noqa: E402
 from hvdflow.launch.runtime.native import NativeRuntime  # noqa: E402
+from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, TRAINER_MOUNT, package_dir  # noqa: E402
 from hvdflow.launch.runtime.udocker import UdockerRuntime, expose_gpus  # noqa: E402
 from hvdflow.pipeline.resume import identity_of  # noqa: E402
 from hvdflow.pipeline.smoke import DIGITS  # noqa: E402
@@ -65,20 +66,22 @@ found), the name service's configuration (Gloo resolves this host)."""
 
 
 @dataclass(frozen=True)
-class HostRootRuntime:
-    """A udocker runtime whose every command also binds the node's software (``/usr``, the Python's prefix)."""
+class NodeSoftware:
+    """A runtime whose every command also binds the node's software (``/usr``, the Python's prefix: none natively)
+    and finds the kit's Python packages (Horovod's rendezvous server) after hvdflow's own."""
 
-    inner: UdockerRuntime
-    host_paths: tuple[Path, ...]
+    inner: Any
+    pythonpath: str
+    binds: tuple[Path, ...] = ()
 
     def command(self, argv: Sequence[str], env: Any, paths: Sequence[Path], hostenv: bool = False) -> list[str]:
-        """The inner runtime's command with the node's software bound too."""
-        return self.inner.command(argv, env, [*self.host_paths, *paths], hostenv)
+        """The inner runtime's command with the node's software bound and the kit's packages on the path."""
+        return self.inner.command(argv, {**env, "PYTHONPATH": self.pythonpath}, [*self.binds, *paths], hostenv)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def for_launcher(self, launcher: str) -> "HostRootRuntime":
+    def for_launcher(self, launcher: str) -> "NodeSoftware":
         """Fitted to ``launcher`` as the inner runtime is."""
         return replace(self, inner=self.inner.for_launcher(launcher))
 
@@ -108,13 +111,14 @@ def root_tarball(path: Path, proot: Path) -> Path:
     return path
 
 
-def udocker_runtimes(kit: Path, work: Path) -> dict[str, HostRootRuntime]:
+def udocker_runtimes(kit: Path, work: Path) -> dict[str, NodeSoftware]:
     """P1's and R1's containers of the node's software (:func:`root_tarball`), made once in ``work``."""
     wrapper = work / "bin" / "udocker"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
     wrapper.write_text(f"#!{sys.executable}\nfrom udocker.maincmd import main\nmain()\n")
     wrapper.chmod(0o755)
-    os.environ["PATH"] = f"{kit}:{wrapper.parent}:{os.environ['PATH']}"  # the kit's runc (R1), this udocker
+    os.environ["PATH"] = f"{wrapper.parent}:{os.environ['PATH']}"  # this udocker, for udocker setup --nvidia
+    os.environ["UDOCKER_USE_RUNC_EXECUTABLE"] = str(kit / "runc")  # the kit's runc, which R1 runs
     udocker = Udocker(work / "udocker", executable=str(wrapper), proot=kit / "proot")
     udocker.prepare()
     if udocker.call("inspect", IMAGE).returncode != 0:
@@ -122,7 +126,7 @@ def udocker_runtimes(kit: Path, work: Path) -> dict[str, HostRootRuntime]:
     env = [f"PATH={Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     if os.environ.get("LD_LIBRARY_PATH"):
         env.append(f"LD_LIBRARY_PATH={os.environ['LD_LIBRARY_PATH']}")
-    host_paths = tuple(dict.fromkeys(Path(p) for p in ("/usr", sys.prefix, os.path.realpath(sys.prefix))))
+    binds = tuple(dict.fromkeys(Path(p) for p in ("/usr", sys.prefix, os.path.realpath(sys.prefix), work, kit)))
     runtimes = {}
     for mode in ("P1", "R1"):
         name = f"gpu-check-{mode.lower()}"
@@ -133,7 +137,8 @@ def udocker_runtimes(kit: Path, work: Path) -> dict[str, HostRootRuntime]:
         meta = json.loads(container_json.read_text() or "{}")
         meta.setdefault("config", {})["Env"] = env  # the node's Python first on PATH, its loader path
         container_json.write_text(json.dumps(meta))
-        runtimes[f"udocker-{mode}"] = HostRootRuntime(UdockerRuntime(udocker, name, mode), host_paths)
+        runtimes[f"udocker-{mode}"] = NodeSoftware(UdockerRuntime(udocker, name, mode),
+                                                   f"{TRAINER_MOUNT}:{kit / 'site'}", binds)
     for runtime in runtimes.values():  # udocker setup --nvidia, as a pipeline's task does on a GPU node
         print(f"# {expose_gpus(runtime.gpu_setup())}", flush=True)
     return runtimes
@@ -172,9 +177,9 @@ def train_child(args: argparse.Namespace) -> int:
     runtimes = make_runtimes(args.kit, args.work, [args.way])
     spec = train_spec(args.ranks, args.epochs)
     out = Path(args.train_out)
-    identity = identity_of(asdict(spec), "sha256:" + "0" * 64, args.work / "dataset" / "index.json")
+    identity = identity_of(asdict(spec), "sha256:" + "0" * 64, args.dataset / "index.json")
     try:
-        results = train(runtimes[args.way], "gloo", spec, args.work / "dataset", out, out / "logs", identity)
+        results = train(runtimes[args.way], "gloo", spec, args.dataset, out, out / "logs", identity)
     except RunStopped as exc:
         print(f"stopped: {exc}", flush=True)
         return STOPPED_EXIT
@@ -185,7 +190,9 @@ def train_child(args: argparse.Namespace) -> int:
 
 def make_runtimes(kit: Path, work: Path, ways: Sequence[str]) -> dict[str, Any]:
     """The runtimes of ``ways``: the node's Python, and udocker's containers of the node's software."""
-    runtimes: dict[str, Any] = {"native": NativeRuntime(Path(sys.executable))}
+    roots = [str(package_dir(name).parent) for name in CONTAINER_PACKAGES]
+    runtimes: dict[str, Any] = {"native": NodeSoftware(NativeRuntime(Path(sys.executable)),
+                                                       os.pathsep.join([*dict.fromkeys(roots), str(kit / "site")]))}
     if any(way != "native" for way in ways):
         runtimes.update(udocker_runtimes(kit, work))
     return runtimes
@@ -194,7 +201,8 @@ def make_runtimes(kit: Path, work: Path, ways: Sequence[str]) -> dict[str, Any]:
 def start_training(args: argparse.Namespace, way: str, epochs: int, out: Path) -> subprocess.Popen[str]:
     """The child that trains in ``way`` (its own process group, as a batch step's launcher is)."""
     shutil.rmtree(out, ignore_errors=True)
-    argv = [sys.executable, __file__, "--kit", str(args.kit), "--work", str(args.work), "--child-train", way,
+    argv = [sys.executable, __file__, "--kit", str(args.kit), "--work", str(args.work), "--dataset", str(args.dataset),
+            "--child-train", way,
             "--ranks", str(args.gpus), "--epochs", str(epochs), "--train-out", str(out)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -317,6 +325,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kit", type=Path, required=True, help="udocker, Horovod's sources, proot, runc")
     parser.add_argument("--work", type=Path, required=True, help="a folder of this user's for the containers and runs")
+    parser.add_argument("--dataset", type=Path, help="the digits as hvdflow prepared them (default: KIT/dataset if "
+                        "there, else prepared here, which needs TensorFlow in this Python)")
     parser.add_argument("--ways", default=",".join(WAYS))
     parser.add_argument("--epochs", type=int, default=5, help="the digits' epochs")
     parser.add_argument("--steps", type=int, default=40, help="ResNet-50's timed steps")
@@ -327,6 +337,11 @@ def main() -> int:
     parser.add_argument("--train-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.kit, args.work = args.kit.resolve(), args.work.resolve()
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.chdir(args.work)  # udocker runs commands in the working directory, which must be bound
+    if args.dataset is None:
+        args.dataset = args.kit / "dataset" if (args.kit / "dataset" / "index.json").exists() else args.work / "dataset"
+    args.dataset = args.dataset.resolve()
     if args.way:
         return train_child(args)
     import torch
@@ -336,9 +351,10 @@ def main() -> int:
         print("gpu_check: PyTorch sees no GPU here (torch.cuda.device_count() is 0)", file=sys.stderr)
         return 2
     ways = args.ways.split(",")
-    args.work.mkdir(parents=True, exist_ok=True)
-    prepare = measured("prepare", lambda: prepare_dataset(make_runtimes(args.kit, args.work, ["native"])["native"],
-                                                           DIGITS, args.work / "dataset", args.work / "prepare.log"))
+    prepare = {"dataset": str(args.dataset)}
+    if not (args.dataset / "index.json").exists():
+        prepare = measured("prepare", lambda: prepare_dataset(make_runtimes(args.kit, args.work, ["native"])["native"],
+                                                               DIGITS, args.dataset, args.work / "prepare.log"))
     runtimes: dict[str, Any] = {}
     containers = measured("containers", lambda: runtimes.update(make_runtimes(args.kit, args.work, ways))
                           or {"ways": list(runtimes)})

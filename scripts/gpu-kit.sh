@@ -2,12 +2,16 @@
 # Make the kit the GPU proof (scripts/gpu-check.sh, benchmarks/gpu_check.py) brings to a GPU node that may have no
 # network: udocker and Horovod's Python sources (the rendezvous server hvdflow's launcher starts) under KIT/site, the
 # static proot of hvdflow's images (KIT/proot, built or taken from ~/.cache/hvdflow) and Debian's runc (KIT/runc).
-# Run as root on a Debian 12 machine with PyPI (scripts/lib.sh installs the packages). About 12 MB.
-#   bash scripts/gpu-kit.sh KIT
+# KIT/dataset is a copy of the digits as hvdflow prepared them (DATASET; default: the demo's, which
+# `bash scripts/demo.sh` prepares), since preparing writes TFRecords with TensorFlow, which a GPU node's PyTorch lacks.
+# Run as root on a Debian 12 machine with PyPI (scripts/lib.sh installs the packages). About 13 MB.
+#   bash scripts/gpu-kit.sh KIT [DATASET]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$HVDFLOW_ROOT"
-kit=${1:?usage: scripts/gpu-kit.sh KIT}
+kit=${1:?usage: scripts/gpu-kit.sh KIT [DATASET]}
+dataset=${2:-$(getent passwd "${HVDFLOW_DEMO_USER:-hvdflow}" | cut -d: -f6)/hvdflow-demo/resources/datasets/digits}
+[ -f "$dataset/index.json" ] || { log "no prepared digits at $dataset: run bash scripts/demo.sh first, or name one"; exit 1; }
 HOROVOD_SDIST_SHA256=92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0  # horovod-0.28.1.tar.gz
 apt_install_missing "${HVDFLOW_APT_PACKAGES[@]}" unzip
 venv=${HVDFLOW_CACHE:-$HOME/.cache/hvdflow}/venv-$(venv_key)
@@ -29,5 +33,6 @@ built = ensure_proot(load_proot_build(Path("containers/proot/proot.yaml")), Path
 shutil.copy2(built, sys.argv[1])
 PY
 cp /usr/sbin/runc "$kit/runc"
+cp -r "$dataset" "$kit/dataset"
 chmod -R a+rX "$kit"
 log "kit in $kit: $(du -sh "$kit" | cut -f1)"
