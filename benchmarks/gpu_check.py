@@ -88,15 +88,17 @@ class NodeSoftware:
 
 def root_tarball(path: Path, proot: Path) -> Path:
     """The container's root as a tarball: mount points, ``/bin``-style links into ``/usr``, the node's loader and
-    name-service files, and hvdflow's proot where its images carry it."""
+    name-service files, and hvdflow's proot where its images carry it. ``usr/lib/x86_64-linux-gnu`` is where
+    ``udocker setup --nvidia`` copies the driver's libraries (it sets nothing up without it); the node's ``/usr``
+    bound over it brings the same libraries."""
     def add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755) -> None:
         info = tarfile.TarInfo(name)
         info.type, info.mode = tarfile.DIRTYPE, mode
         tar.addfile(info)
 
     with tarfile.open(path, "w") as tar:
-        for name in ("usr", "opt", "opt/hvdflow", "opt/hvdflow/bin", "etc", "proc", "sys", "dev", "home", "root",
-                     "run", "var", "var/tmp", "mnt"):
+        for name in ("usr", "usr/lib", "usr/lib/x86_64-linux-gnu", "opt", "opt/hvdflow", "opt/hvdflow/bin", "etc",
+                     "proc", "sys", "dev", "home", "root", "run", "var", "var/tmp", "mnt"):
             add_dir(tar, name)
         add_dir(tar, "tmp", 0o1777)
         for link in ("bin", "lib", "lib64", "sbin"):
@@ -255,8 +257,23 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
+def rank_groups(marker: str) -> set[int]:
+    """The process groups of the ranks of the run whose folder is ``marker``: each rank starts in a session of its
+    own, as a Slurm task's processes are a group of their own."""
+    groups = set()
+    for line in leftovers(marker):
+        if "hvdflow_trainer.train" in line:
+            try:
+                groups.add(os.getpgid(int(line.split(":", 1)[0])))
+            except ProcessLookupError:
+                continue
+    return groups
+
+
 def warning_signal(args: argparse.Namespace, way: str) -> dict[str, Any]:
-    """SIGUSR1 to the launcher once rank 0 has trained an epoch: the ranks stop together (75) with a checkpoint."""
+    """The scheduler's warning as Slurm's ``--signal=USR1@...`` gives it, to every process of every rank (not to the
+    launcher, which runs in the batch step), once rank 0 has trained two epochs: the ranks must stop together
+    with hvdflow's stop status (75) after a checkpoint, and leave nothing running."""
     out = args.work / "runs" / f"{way}-signal"
     child = start_training(args, way, 200, out)
     log = out / "logs" / "rank-0.log"
@@ -265,16 +282,17 @@ def warning_signal(args: argparse.Namespace, way: str) -> dict[str, Any]:
         if log.exists() and "epoch 2/" in log.read_text(errors="replace"):
             break
         time.sleep(0.2)
-    sent = child.poll() is None
-    if sent:
-        os.kill(child.pid, signal.SIGUSR1)
+    groups = rank_groups(str(out)) - {child.pid} if child.poll() is None else set()
+    for group in groups:
+        os.killpg(group, signal.SIGUSR1)
     output = finished(child, 300)
     time.sleep(1)
     left = leftovers(str(out))
     checkpoints = sorted(p.name for p in (out / "checkpoints").rglob("ckpt-*.pt"))
-    ok = sent and child.returncode == STOPPED_EXIT and bool(checkpoints) and not left
-    return {"ok": ok, "exit": child.returncode, "checkpoints": checkpoints, "left_running": left,
-            "tail": output[-600:] if not ok else ""}
+    stopped = [line for line in output.splitlines() if "stop" in line.lower()][-3:]
+    ok = bool(groups) and child.returncode == STOPPED_EXIT and bool(checkpoints) and not left
+    return {"ok": ok, "exit": child.returncode, "signalled_groups": len(groups), "checkpoints": checkpoints,
+            "left_running": left, "stop_lines": stopped, "tail": output[-600:] if not ok else ""}
 
 
 def measured(name: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO
 from hvdflow.config.profile import RUNTIMES
-from hvdflow.errors import ConfigError, ImageError
+from hvdflow.errors import ConfigError, ImageError, UdockerError
 from hvdflow.images.execmode_choice import MODE_ENV, REFUSED, chooser_argv
 from hvdflow.images.pull import ContainerRecord, container_in_mode
 from hvdflow.images.runc_probe import RuncProbe
@@ -99,6 +99,27 @@ def test_the_gpu_setup_is_skipped_where_no_driver_exists(runtimes: dict[str, Run
     monkeypatch.setattr(udocker_runtime, "NVIDIA_DRIVER", tmp_path / "no-driver")
     setup = runtimes["udocker"].gpu_setup()
     assert setup is not None and expose_gpus(setup).endswith(": udocker setup --nvidia skipped")
+
+
+def test_a_gpu_setup_that_udocker_leaves_undone_is_named(runtimes: dict[str, Runtime], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # udocker setup --nvidia exits 0 where it finds no driver libraries or no library folder in the container (as on
+    # a GPU node with the node's software in a bare root: the GPU proof's first run on an H200), and runc's ranks then
+    # ran without the GPU's device files; here the node has a driver version line but no NVIDIA libraries
+    import hvdflow.launch.runtime.udocker as udocker_runtime
+
+    driver = tmp_path / "version"
+    driver.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
+    monkeypatch.setattr(udocker_runtime, "NVIDIA_DRIVER", driver)
+    monkeypatch.setenv("HVDFLOW_ALLOW_ROOT", "1")
+    runtime = runtimes["udocker"]
+    runtime.command(["python3", "-V"], {}, [])  # the container's root, as a launch makes it
+    setup = runtime.gpu_setup()
+    assert setup is not None
+    with pytest.raises(UdockerError, match=r"udocker setup --nvidia did not set up container c1 for the GPUs of "
+                                           r".*\(its exit status is 0 all the same\)"):
+        expose_gpus(setup)
+    assert not list((tmp_path / "udocker" / ".hvdflow" / "nvidia").glob("*.done"))  # tried again at the next start
 
 
 def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:

@@ -125,11 +125,11 @@ class Udocker:
         """Run ``udocker ARGS``; raise UdockerError with its output if it exits non-zero."""
         proc = self.call(*args, timeout=timeout)
         if proc.returncode != 0:
-            raise UdockerError(f"udocker {' '.join(args)} failed (exit {proc.returncode}): {_tail(proc)}")
+            raise UdockerError(f"udocker {' '.join(args)} failed (exit {proc.returncode}): {output_tail(proc)}")
         return proc
 
 
-def _tail(proc: subprocess.CompletedProcess[str], lines: int = 12) -> str:
+def output_tail(proc: subprocess.CompletedProcess[str], lines: int = 12) -> str:
     text = (proc.stdout or "") + (proc.stderr or "")
     return "\n".join(text.strip().splitlines()[-lines:])
 

@@ -16,7 +16,7 @@ from hvdflow.images.execmode_choice import MODE_ENV, chooser_argv
 from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
 from hvdflow.images.pull import NO_RUNC_CONTAINER, ContainerRecord
 from hvdflow.images.runc_probe import launcher_refused
-from hvdflow.images.udocker import Udocker, allow_root_from_env, run_argv
+from hvdflow.images.udocker import Udocker, allow_root_from_env, output_tail, run_argv
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
 from hvdflow.launch.runtime.settings import RuntimeSettings
@@ -142,7 +142,11 @@ def nvidia_driver_version() -> str | None:
 
 def expose_gpus(setup: NvidiaSetup) -> str:
     """``udocker setup --nvidia`` for the containers of ``setup`` (:meth:`UdockerRuntime.gpu_setup`: both of
-    ``execmode: auto``'s), once per driver version; skipped where no driver exists. A note for the rank's log."""
+    ``execmode: auto``'s), once per driver version; skipped where no driver exists. A note for the rank's log.
+
+    udocker exits 0 even where it set nothing up (no library folder in the image, no driver libraries found), and
+    the ranks would then run without a GPU device (runc's modes) or libraries: UdockerError unless udocker's own
+    mark of a container set up for NVIDIA (``<container>/nvidia``) is there afterwards."""
     driver = nvidia_driver_version()
     if driver is None:
         return f"no NVIDIA driver on {os.uname().nodename}: udocker setup --nvidia skipped"
@@ -151,6 +155,10 @@ def expose_gpus(setup: NvidiaSetup) -> str:
         marker = udocker.state_dir / "nvidia" / f"{container}-{hashlib.sha256(driver.encode()).hexdigest()[:12]}.done"
         with exclusive_lock(marker.with_suffix(".lock"), 600, f"udocker setup --nvidia of {container}"):
             if not marker.exists():
-                udocker.check("setup", "--nvidia", "--force", container, timeout=600)
+                proc = udocker.check("setup", "--nvidia", "--force", container, timeout=600)
+                if not (udocker.udocker_dir / "containers" / container / "nvidia").exists():
+                    raise UdockerError(f"udocker setup --nvidia did not set up container {container} for the GPUs "
+                                       f"of {os.uname().nodename} (its exit status is 0 all the same): "
+                                       f"{output_tail(proc)}")
                 marker.write_text(driver + "\n")
     return f"udocker set up for NVIDIA ({driver}): {', '.join(setup.containers)}"
