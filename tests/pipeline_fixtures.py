@@ -17,6 +17,6 @@ def demo(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Iterator[P
     """The demo pipeline, run once for the session: its image record and prepared digits serve the trees that
     start from it (``Pipeline(..., prepared=demo)``)."""
     pipeline = Pipeline(hpc_user, registry, udocker_dir)
-    proc = pipeline.snakemake(extra_env={"HVDFLOW_PROGRESS_SECONDS": "1"})  # progress lines of its short steps
+    proc = pipeline.snakemake(extra_env={"HVDFLOW_PROGRESS_SECONDS": "0.2"})  # progress lines of its short steps
     assert proc.returncode == 0, proc.stderr[-5000:]
     yield pipeline

@@ -49,7 +49,8 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert {p["name"] for p in check["parts"]} >= {"python", "tf.keras", "horovod gloo", "sklearn"}
     pull_log = (demo.root / "logs/pull_image/hvdflow-cpu.log").read_text()
     assert "  horovod gloo  " in pull_log
-    # progress of the steps (every second here, 30 s by default): the pull's bytes, the chunk's samples done
+    # progress of the steps (every 0.2 s here, 30 s by default; a pull whose layers an earlier test of the session
+    # pulled into this udocker directory ends in about a second): the pull's bytes, the chunk's samples done
     assert re.search(r"\] pull_image hvdflow-cpu: running for \d+ s; [\d.]+ [MG]iB in udocker's layers\n", pull_log), pull_log
     chunk_log = (demo.root / "logs/prepare_chunk/digits-0.log").read_text()
     assert "] prepare_chunk digits-0: running for " in chunk_log, chunk_log
