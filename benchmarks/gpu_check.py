@@ -362,8 +362,12 @@ def main() -> int:
     args.dataset = args.dataset.resolve()
     if args.way:
         return train_child(args)
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        print(f"gpu_check: {sys.executable} has no PyTorch: set HVDFLOW_GPU_PYTHON to a Python with PyTorch built "
+              "for CUDA", file=sys.stderr)
+        return 2
     args.gpus = args.gpus or torch.cuda.device_count()
     if not args.gpus:
         print("gpu_check: PyTorch sees no GPU here (torch.cuda.device_count() is 0)", file=sys.stderr)
