@@ -60,6 +60,9 @@ from hvdflow_runstate import STOPPED_EXIT  # noqa: E402
 WAYS = ("native", "udocker-P1", "udocker-R1")
 IMAGE = "hvdflow-gpu-check:host"
 ENGINE = CHECKOUT / "benchmarks" / "gpu_engine.py"
+NO_IMAGE = "sha256:" + "0" * 64
+"""The image digest in the runs' identity (which keeps a checkpoint from resuming another run): the node's own
+software runs every way, no image."""
 ROOT_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "hosts", "localtime")
 """The node's files under /etc that the container's root gets a copy of: the loader's cache (where libcuda is
 found), the name service's configuration (Gloo resolves this host)."""
@@ -179,7 +182,7 @@ def train_child(args: argparse.Namespace) -> int:
     runtimes = make_runtimes(args.kit, args.work, [args.way])
     spec = train_spec(args.ranks, args.epochs)
     out = Path(args.train_out)
-    identity = identity_of(asdict(spec), "sha256:" + "0" * 64, args.dataset / "index.json")
+    identity = identity_of(asdict(spec), NO_IMAGE, args.dataset / "index.json")
     try:
         results = train(runtimes[args.way], "gloo", spec, args.dataset, out, out / "logs", identity)
     except RunStopped as exc:
@@ -243,8 +246,8 @@ def resnet50(runtime: Any, steps: int) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def leftovers(marker: str) -> list[str]:
-    """Processes whose command line names ``marker`` (a run's own folder)."""
+def processes_naming(marker: str) -> list[tuple[int, str]]:
+    """The pid and command line of each other process whose command line names ``marker`` (a run's own folder)."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
@@ -253,7 +256,7 @@ def leftovers(marker: str) -> list[str]:
             except OSError:
                 continue
             if marker in cmdline:
-                found.append(f"{proc.name}: {cmdline[:160]}")
+                found.append((int(proc.name), cmdline))
     return found
 
 
@@ -261,10 +264,10 @@ def rank_groups(marker: str) -> set[int]:
     """The process groups of the ranks of the run whose folder is ``marker``: each rank starts in a session of its
     own, as a Slurm task's processes are a group of their own."""
     groups = set()
-    for line in leftovers(marker):
-        if "hvdflow_trainer.train" in line:
+    for pid, cmdline in processes_naming(marker):
+        if "hvdflow_trainer.train" in cmdline:
             try:
-                groups.add(os.getpgid(int(line.split(":", 1)[0])))
+                groups.add(os.getpgid(pid))
             except ProcessLookupError:
                 continue
     return groups
@@ -287,7 +290,7 @@ def warning_signal(args: argparse.Namespace, way: str) -> dict[str, Any]:
         os.killpg(group, signal.SIGUSR1)
     output = finished(child, 300)
     time.sleep(1)
-    left = leftovers(str(out))
+    left = [f"{pid}: {cmdline[:160]}" for pid, cmdline in processes_naming(str(out))]
     checkpoints = sorted(p.name for p in (out / "checkpoints").rglob("ckpt-*.pt"))
     stopped = [line for line in output.splitlines() if "stop" in line.lower()][-3:]
     ok = bool(groups) and child.returncode == STOPPED_EXIT and bool(checkpoints) and not left
