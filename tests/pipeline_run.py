@@ -58,6 +58,20 @@ def processes_naming(path: Path) -> list[str]:
     return found
 
 
+def udocker_leftovers(uid: int, since: float, tmp: Path = Path("/tmp")) -> list[str]:
+    """udocker's temporary files and folders (``udocker-PID-UUID-passwd``, ``-group``, ``-SPECDIR``, ``-BIND_FILES``)
+    that user ``uid`` made in ``tmp`` at or after ``since`` (epoch seconds) and that are still there."""
+    found = []
+    for path in tmp.glob("udocker-*"):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if info.st_uid == uid and info.st_mtime >= since:
+            found.append(path.name)
+    return sorted(found)
+
+
 class Pipeline:
     """A user-owned copy of the tree where the user runs Snakemake."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, HpcUser, Registry
-from pipeline_run import Pipeline, processes_naming
+from pipeline_run import Pipeline, processes_naming, udocker_leftovers
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -42,13 +42,15 @@ from pathlib import Path
 from hvdflow.images.udocker import Udocker, run_argv
 udocker = Udocker(Path(sys.argv[1]))
 env = {k: v for k, v in udocker.env().items() if k.startswith("UDOCKER_")}
-print(json.dumps([run_argv(udocker, sys.argv[2], sys.argv[3:], as_user=False), env]))
+print(json.dumps([run_argv(udocker, sys.argv[3], sys.argv[4:], as_user=sys.argv[2] == "True"), env]))
 """
 
 
-def _run_argv(user: HpcUser, udocker_dir: Path, container: str, *command: str) -> tuple[list[str], dict[str, str]]:
-    """How hvdflow runs ``command`` in ``container`` under R1: the command line and udocker's variables."""
-    proc = user.run(["python3", "-c", RUN_IN_CONTAINER, str(udocker_dir), container, *command], check=True)
+def _run_argv(user: HpcUser, udocker_dir: Path, container: str, *command: str, as_user: bool = False
+              ) -> tuple[list[str], dict[str, str]]:
+    """How hvdflow runs ``command`` in ``container`` under R1 (``as_user``: P1): the command line and udocker's
+    variables."""
+    proc = user.run(["python3", "-c", RUN_IN_CONTAINER, str(udocker_dir), str(as_user), container, *command], check=True)
     argv, env = json.loads(proc.stdout)
     return argv, env
 
@@ -66,9 +68,33 @@ def test_an_r1_run_gives_the_commands_status_and_streams_and_ten_at_once_all_sta
     assert processes_naming(udocker_dir) == []
 
 
+@pytest.mark.parametrize("mode", ["R1", "P1"])
+def test_a_udocker_run_stopped_with_sigterm_removes_its_temporary_files(
+        demo: Pipeline, hpc_user: HpcUser, r1_pull: list[str], udocker_dir: Path, user_tmp: Path, mode: str) -> None:
+    # what a launcher does to the rendezvous server at the end of every run: SIGTERM to its process group. udocker
+    # used to die of it before its own clean-up, leaving its copies of passwd and group (and R1's bundle and bind
+    # folders) in the node's tmp for good
+    container = (json.loads(hpc_user.hvdflow("image", "pull", *r1_pull, timeout=900).stdout)["container"]
+                 if mode == "R1" else demo.json("resources/images/hvdflow-cpu.json")["container"])
+    server = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+              "print('up', flush=True); time.sleep(120)")  # ends on SIGTERM, as the rendezvous server does
+    argv, env = _run_argv(hpc_user, udocker_dir, container, "python3", "-c", server, as_user=mode == "P1")
+    env_args = [f"{k}={v}" for k, v in hpc_user.env({**env, "TMPDIR": str(user_tmp)}).items()]
+    running = subprocess.Popen(["runuser", "-u", hpc_user.name, "--", "env", "-i", *env_args, *argv], text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                               start_new_session=True)
+    assert running.stdout is not None and running.stdout.readline() == "up\n", running.communicate()
+    assert sorted(p.name.rsplit("-", 1)[1] for p in user_tmp.iterdir()) == (
+        ["BIND_FILES", "SPECDIR", "group", "passwd"] if mode == "R1" else ["group", "passwd"])  # in udocker's tmp
+    os.killpg(running.pid, signal.SIGTERM)  # runuser's group too: its own status is its death by the signal
+    _, stderr = running.communicate(timeout=60)
+    assert list(user_tmp.iterdir()) == [] and processes_naming(udocker_dir) == [], stderr
+
+
 def test_auto_trains_the_demo_under_r1_here_and_p1_where_user_namespaces_are_disabled_to_p1s_weights(
         demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     # the profiles' default: both containers made, each rank probes its node, says its choice in its log and result
+    started = time.time()
     pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     proc = pipeline.snakemake(extra_env=AUTO)
     assert proc.returncode == 0, proc.stderr[-5000:]
@@ -95,6 +121,9 @@ def test_auto_trains_the_demo_under_r1_here_and_p1_where_user_namespaces_are_dis
     assert (f"# hvdflow: execmode auto chose P1 on {node}: user namespaces are disabled on {node} "
             "(user.max_user_namespaces = 0)") in _rank_log(limited, 0)
     assert limited.processes() == []
+    # nothing of udocker's in the node's tmp from either run: the ranks' and the rendezvous servers' (stopped with
+    # SIGTERM at the end) under R1 and under P1
+    assert udocker_leftovers(hpc_user.uid, started) == []
 
 
 def test_a_rank_that_exits_3_under_r1_is_named_and_leaves_no_outputs(

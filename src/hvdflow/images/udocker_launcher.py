@@ -15,14 +15,23 @@ docs/research/udocker-r1-2026-11-27.md). P1 and P2 (proot) and every other comma
   the first runc has not read it yet (4 of 10 concurrent runs started). Here every run gets its own bundle folder,
   the branch udocker takes for a read-only container: a temporary folder under udocker's tmp (``$TMPDIR``), removed
   when udocker exits.
+
+And in every mode, **a stop signal ends udocker through its own exit**: SIGTERM or SIGHUP (where the caller has not
+ignored it, as hvdflow does for a rank's, whose trainer checkpoints first) becomes ``SystemExit(128 + N)``, so
+udocker's ``main`` removes what it made under its tmp: the per-run ``passwd`` and ``group`` copies (P1's
+``--hostauth``, R1's user), R1's bundle and bind folders. Killed by the signal's default action it left them in the
+node's /tmp for good: two to four for every rendezvous server a launcher stops at the end of a run (734 pairs after
+a day of test runs on one machine). Under R1 the signal goes on to runc (and so to the container), which is waited
+for before udocker cleans up; under P1 udocker's own ``subprocess.call`` kills proot.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 if __name__ == "__main__" and sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]  # run by path: this folder's udocker.py (hvdflow's) is not the udocker package
@@ -51,6 +60,9 @@ def _patch_runc_engine() -> None:
                 break
             except KeyboardInterrupt:  # runc got the terminal's Ctrl-C too and passes it to the container
                 continue
+            except SystemExit as stop:  # a stop signal (:func:`_end_on_stop_signals`): runc passes it on; wait for it
+                _stop_engine(runc, int(stop.code) - 128)
+                raise
         self._filebind.finish()
         return status
 
@@ -60,9 +72,38 @@ def _patch_runc_engine() -> None:
     RuncEngine.run_nopty = run_on_callers_streams
 
 
+ENGINE_STOP_WAIT = 10.0
+"""Seconds runc gets, after a stop signal was passed on to it, before it is killed."""
+
+
+def _stop_engine(runc: "subprocess.Popen[bytes]", signum: int) -> None:
+    """Pass ``signum`` to ``runc`` (which passes it to the container) and wait for it to end; kill it if it will not."""
+    try:
+        runc.send_signal(signum)
+        runc.wait(ENGINE_STOP_WAIT)
+    except subprocess.TimeoutExpired:
+        runc.kill()
+        runc.wait()
+
+
+def _end_on_stop_signals() -> None:
+    """SIGTERM and SIGHUP, unless ignored, raise ``SystemExit(128 + N)``: udocker's ``main`` cleans up on it. Later
+    ones are ignored, so that a second signal (``runuser``, ``srun`` pass theirs on) cannot cut the clean-up short."""
+
+    def end(signum: int, frame: Optional[object]) -> None:
+        for other in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(other, signal.SIG_IGN)
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, end)
+
+
 def main() -> None:
-    """``udocker ARGS`` with :func:`_patch_runc_engine` applied."""
+    """``udocker ARGS`` with :func:`_patch_runc_engine` and :func:`_end_on_stop_signals` applied."""
     _patch_runc_engine()
+    _end_on_stop_signals()
     from udocker.maincmd import main as udocker_main
 
     sys.argv[0] = "udocker"
