@@ -58,17 +58,23 @@ def processes_naming(path: Path) -> list[str]:
     return found
 
 
-def udocker_leftovers(uid: int, since: float, tmp: Path = Path("/tmp")) -> list[str]:
-    """udocker's temporary files and folders (``udocker-PID-UUID-passwd``, ``-group``, ``-SPECDIR``, ``-BIND_FILES``)
-    that user ``uid`` made in ``tmp`` at or after ``since`` (epoch seconds) and that are still there."""
+TMP_LEFTOVERS = ("udocker-*", "__autograph_generated_file*")
+"""What a run's processes may make in the node's /tmp and must not leave there: udocker's per-run copies of passwd and
+group and R1's bundle and bind folders, TensorFlow's AutoGraph files (a killed rank's stay)."""
+
+
+def tmp_leftovers(uid: int, since: float, tmp: Path = Path("/tmp")) -> list[str]:
+    """The entries of :data:`TMP_LEFTOVERS` that user ``uid`` made in ``tmp`` at or after ``since`` (epoch seconds)
+    and that are still there."""
     found = []
-    for path in tmp.glob("udocker-*"):
-        try:
-            info = path.lstat()
-        except OSError:
-            continue
-        if info.st_uid == uid and info.st_mtime >= since:
-            found.append(path.name)
+    for pattern in TMP_LEFTOVERS:
+        for path in tmp.glob(pattern):
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if info.st_uid == uid and info.st_mtime >= since:
+                found.append(path.name)
     return sorted(found)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, HpcUser, Registry
-from pipeline_run import Pipeline, processes_naming, udocker_leftovers
+from pipeline_run import Pipeline, processes_naming, tmp_leftovers
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e]
 
@@ -123,7 +123,7 @@ def test_auto_trains_the_demo_under_r1_here_and_p1_where_user_namespaces_are_dis
     assert limited.processes() == []
     # nothing of udocker's in the node's tmp from either run: the ranks' and the rendezvous servers' (stopped with
     # SIGTERM at the end) under R1 and under P1
-    assert udocker_leftovers(hpc_user.uid, started) == []
+    assert tmp_leftovers(hpc_user.uid, started) == []
 
 
 def test_a_rank_that_exits_3_under_r1_is_named_and_leaves_no_outputs(

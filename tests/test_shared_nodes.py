@@ -149,6 +149,7 @@ def test_staged_files_are_the_users_alone_and_the_sweep_and_clean_up_touch_only_
     assert f"removed {node.user_dir / 'job-7'}" in proc.stderr
     dest = node.user_dir / "job-8" / "dataset"
     assert sorted(p.name for p in node.user_dir.iterdir()) == ["job-8"]
+    assert sorted(p.name for p in (node.user_dir / "job-8").iterdir()) == ["dataset", "tmp"]  # tmp: the ranks' TMPDIR
     assert listing(node.scratch / f"hvdflow-{node.other.pw_name}") == theirs
     for path in [node.user_dir, *node.user_dir.rglob("*")]:
         st = os.lstat(path)

@@ -22,7 +22,7 @@ from conftest import HpcUser, Registry
 from hvdflow.images.build.image import BuiltImage
 from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
-from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, processes_naming, read_table
+from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, processes_naming, read_table, tmp_leftovers
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
 
@@ -323,6 +323,7 @@ def test_each_rank_owns_the_jobs_cpus_per_task_and_runs_as_many_threads(
 def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(
         cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
         local_runs: Callable[..., Pipeline]) -> None:
+    started = time.time()
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
     proc = pipeline.snakemake("results/cluster/run.json", "--retries", "1", profile="testbed",
                               extra_env={"HVDFLOW_INJECT_RANK_FAILURE": "3:2.3:kill:once"})
@@ -341,6 +342,8 @@ def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_we
     assert "resuming from checkpoint ckpt-10 at epoch 1 step 0" in (logs / "rank-0.log").read_text()
     assert not node_scratch_leftovers(cluster)
     assert pipeline.processes_left() == [], "a rank or the rendezvous server outlived a job"
+    # the killed rank's AutoGraph files and its udocker's went to the job's tmp on n2's scratch, removed with it
+    assert tmp_leftovers(hpc_user.uid, started) == []
 
 
 def _start_and_wait_for(pipeline: Pipeline, line: str, *args: str) -> tuple[subprocess.Popen[str], str]:

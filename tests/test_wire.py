@@ -11,6 +11,7 @@ import pytest
 
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
+from hvdflow.files.private import UnsafePlace
 from hvdflow.pipeline.stages import collect_rank_results
 from hvdflow.slurm.launch import first_failed_rank
 from hvdflow.slurm.rank_task import rank_environment
@@ -275,6 +276,29 @@ def test_a_rank_task_names_a_malformed_rendezvous(tmp_path: Path) -> None:
     with pytest.raises(LaunchError, match=f"^a malformed rendezvous file: {re.escape(str(tmp_path))}"
                                           "/rendezvous.json: missing host$"):
         rank_environment(task, env)
+
+
+def test_a_rank_tasks_tmpdir_is_the_jobs_private_folder_on_the_node_and_nothing_else(tmp_path: Path) -> None:
+    # the ranks' TMPDIR on Slurm: ``tmp`` in the job's folder on node-local scratch (the staging step makes it), so
+    # what a killed rank leaves (AutoGraph's files) goes with the job's folder instead of staying in the node's /tmp
+    (tmp_path / "rendezvous.json").write_text('{"addr": "127.0.0.1", "port": 4567, "host": "n1"}')
+    job_tmp = tmp_path / "job-8" / "tmp"
+    task = TaskFile(argv=["python3"], logs=str(tmp_path), launcher="gloo", network_interface="lo",
+                    max_ranks_per_node=1, nvidia=None, result=str(tmp_path / "rank-{rank}.json"),
+                    rendezvous=str(tmp_path / "rendezvous.json"), tmpdir=str(job_tmp))
+    env = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NTASKS": "1", "TMPDIR": "/tmp",
+           "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NODELIST": "n1"}
+    with pytest.raises(LaunchError, match=f"the ranks' TMPDIR {re.escape(str(job_tmp))} is not on .*: the job's "
+                                          "staging step makes it"):
+        rank_environment(task, env)
+    job_tmp.parent.mkdir()
+    job_tmp.symlink_to(tmp_path)  # a link there is refused, never followed
+    with pytest.raises(UnsafePlace, match=re.escape(str(job_tmp))):
+        rank_environment(task, env)
+    job_tmp.unlink()
+    job_tmp.mkdir(mode=0o700)
+    rank, child, notes = rank_environment(task, env)
+    assert child["TMPDIR"] == str(job_tmp) and f"TMPDIR {job_tmp}" in notes
 
 
 @pytest.mark.parametrize(("marker", "name"), [

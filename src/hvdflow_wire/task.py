@@ -28,6 +28,8 @@ class TaskFile:
     A fixed run's task (``elastic`` false) names the rank's ``result`` (``{rank}`` in it is the rank) and the Gloo
     ``rendezvous`` file; an elastic worker's names the ``log`` its launcher reads (its placement comes from
     Horovod's driver). ``max_ranks_per_node`` is the job's plan, which a task checks Slurm's placement against.
+    ``tmpdir`` is the ranks' ``TMPDIR`` on every node: ``tmp`` in the job's folder on node-local scratch, which the
+    staging step made private there and the clean-up removes with the rest of the job's folder.
     """
 
     argv: List[str]
@@ -40,6 +42,7 @@ class TaskFile:
     rendezvous: Optional[str] = None
     log: Optional[str] = None
     elastic: bool = False
+    tmpdir: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.elastic and self.log is None:

@@ -34,7 +34,8 @@ HOSTS_CACHE = 5.0
 @dataclass
 class SlurmWorkers:
     """Workers of an elastic run on the nodes of Slurm job ``job``, ``slots_per_node`` each (one GPU each where the
-    cluster has GPUs), every one running the container command of ``runtime`` with ``binds``."""
+    cluster has GPUs), every one running the container command of ``runtime`` with ``binds`` and ``TMPDIR`` ``tmpdir``
+    (the job's on node-local scratch)."""
 
     cluster: SlurmCluster
     job: str
@@ -44,6 +45,7 @@ class SlurmWorkers:
     binds: Sequence[Path]
     env: Mapping[str, str]
     logs: Path
+    tmpdir: Path
     _known: dict[str, int] = field(default_factory=dict)
     _asked: Optional[float] = None
 
@@ -65,7 +67,8 @@ class SlurmWorkers:
         gpus = self.cluster.gpus_per_node > 0
         task = TaskFile(argv=self.runtime.command(argv, {}, self.binds, hostenv=True), logs=str(self.logs),
                         log=str(log), launcher="gloo", elastic=True, network_interface=self.cluster.network_interface,
-                        max_ranks_per_node=self.slots_per_node, nvidia=self.runtime.gpu_setup() if gpus else None)
+                        max_ranks_per_node=self.slots_per_node, nvidia=self.runtime.gpu_setup() if gpus else None,
+                        tmpdir=str(self.tmpdir))
         task_file = self.logs / f"task-{worker}.json"
         task.write(str(task_file))
         srun = worker_step(self.cluster, slot.hostname, self.cpus_per_task, rank_program(sys.executable, task_file))

@@ -44,7 +44,7 @@ from hvdflow.slurm.jobinfo import current_job, job_nodes
 from hvdflow.slurm.layout import gpus_per_node_needed, max_tasks_per_node
 from hvdflow.slurm.rank_task import RANK_TASK_HEADER
 from hvdflow.slurm.srun import cleanup_step, mpirun_ranks, rank_program, ranks_step, staging_step
-from hvdflow.slurm.staging import NO_DATASET, NO_SWEEP, job_scratch, read_reports
+from hvdflow.slurm.staging import NO_DATASET, NO_SWEEP, job_scratch, ranks_tmp, read_reports
 from hvdflow_runstate import STOPPED_LINE_END
 from hvdflow_wire import WireError
 from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
@@ -222,7 +222,8 @@ def _rank_tasks(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tra
                             [logs, job.out_dir, staged.parent, *job.read_paths], hostenv=True)
     task = TaskFile(argv=inner, logs=str(logs), result=str(job.out_dir / "rank-{rank}.json"), launcher=launcher,
                     network_interface=cluster.network_interface, rendezvous=str(logs / "rendezvous.json"),
-                    max_ranks_per_node=max_tasks_per_node(ranks, nodes), nvidia=runtime.gpu_setup() if gpus else None)
+                    max_ranks_per_node=max_tasks_per_node(ranks, nodes), nvidia=runtime.gpu_setup() if gpus else None,
+                    tmpdir=str(ranks_tmp(staged.parent)))
     task.write(str(logs / "task.json"))
     return rank_program(sys.executable, logs / "task.json")
 
@@ -261,7 +262,7 @@ def launch_slurm_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJ
         address = rendezvous_address(cluster.network_interface)
         binds = [job.logs_dir, job.out_dir, staged.staged.parent, *job.read_paths]
         workers = SlurmWorkers(cluster, staged.job_id, max_tasks_per_node(job.ranks, job.nodes), cpus_per_task,
-                               runtime, binds, staged.env, job.logs_dir)
+                               runtime, binds, staged.env, job.logs_dir, ranks_tmp(staged.staged.parent))
         launch_elastic(runtime, workers, job.argv(staged.staged), job.logs_dir, job.out_dir, binds, elastic.ranks,
                        elastic.settings, address, rank_interface(cluster.network_interface, address), timeout, progress)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Mapping
 
 from hvdflow.errors import HvdflowError, LaunchError
+from hvdflow.files.private import check_private
 from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
@@ -74,12 +75,23 @@ def rank_environment(task: TaskFile, env: Mapping[str, str]) -> tuple[int, dict[
         iface = rank_interface(task.network_interface, rendezvous.addr)
         child.update(horovod_gloo_env(placement, rendezvous.addr, rendezvous.port, iface))
         notes.append(f"Gloo rendezvous {rendezvous.addr}:{rendezvous.port} over {iface}")
+    if task.tmpdir is not None:
+        child["TMPDIR"] = str(check_private_tmp(Path(task.tmpdir)))
+        notes.append(f"TMPDIR {task.tmpdir}")
     if task.elastic:
         iface = rank_interface(task.network_interface, env["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         child["HOROVOD_GLOO_IFACE"] = iface
         notes.append(f"elastic worker {env.get('HVDFLOW_ELASTIC_WORKER')}, Horovod's driver at "
                      f"{env['HOROVOD_GLOO_RENDEZVOUS_ADDR']}:{env['HOROVOD_GLOO_RENDEZVOUS_PORT']} over {iface}")
     return rank, child, notes
+
+
+def check_private_tmp(tmpdir: Path) -> Path:
+    """``tmpdir`` if it is the user's private folder, as the staging step made it on this node; UnsafePlace naming
+    what is there instead, LaunchError where nothing is."""
+    if check_private(tmpdir, "give the ranks a TMPDIR"):
+        return tmpdir
+    raise LaunchError(f"the ranks' TMPDIR {tmpdir} is not on {os.uname().nodename}: the job's staging step makes it")
 
 
 DROP_SIGNAL = signal.SIGHUP

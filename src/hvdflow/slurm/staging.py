@@ -54,16 +54,25 @@ def user_scratch(scratch: Path) -> Path:
 
 
 def job_scratch(scratch: Path, job_id: str) -> Path:
-    """Job ``job_id``'s folder on node-local ``scratch``: its staged dataset goes to ``dataset`` in it."""
+    """Job ``job_id``'s folder on node-local ``scratch``: its staged dataset goes to ``dataset`` in it, the ranks'
+    temporary files to :func:`ranks_tmp`."""
     return user_scratch(scratch) / f"{JOB_DIR_PREFIX}{job_id}"
 
 
+def ranks_tmp(job_dir: Path) -> Path:
+    """The ranks' ``TMPDIR`` in the job's folder ``job_dir``: what a killed rank leaves there (TensorFlow's AutoGraph
+    files, udocker's) goes with the job's folder, never into the node's shared /tmp."""
+    return job_dir / "tmp"
+
+
 def private_job_dir(job_dir: Path) -> Path:
-    """Make the user's scratch folder and the job's folder in it, private and checked; UnsafePlace naming a path that
-    is not the user's alone, LaunchError where scratch is not writable."""
+    """Make the user's scratch folder, the job's folder in it and the ranks' tmp (:func:`ranks_tmp`), private and
+    checked; UnsafePlace naming a path that is not the user's alone, LaunchError where scratch is not writable."""
     try:
         private_dir(job_dir.parent, "stage")
-        return private_dir(job_dir, "stage")
+        private_dir(job_dir, "stage")
+        private_dir(ranks_tmp(job_dir), "give the ranks a TMPDIR")
+        return job_dir
     except OSError as exc:
         raise LaunchError(f"node-local scratch {job_dir.parent.parent} on {os.uname().nodename} is not writable: "
                           f"{exc.strerror} (set scratch_dir in the profile's hvdflow.yaml)") from None
