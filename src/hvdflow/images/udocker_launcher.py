@@ -17,12 +17,14 @@ docs/research/udocker-r1-2026-11-27.md). P1 and P2 (proot) and every other comma
   when udocker exits.
 
 And in every mode, **a stop signal ends udocker through its own exit**: SIGTERM or SIGHUP (where the caller has not
-ignored it, as hvdflow does for a rank's, whose trainer checkpoints first) becomes ``SystemExit(128 + N)``, so
-udocker's ``main`` removes what it made under its tmp: the per-run ``passwd`` and ``group`` copies (P1's
-``--hostauth``, R1's user), R1's bundle and bind folders. Killed by the signal's default action it left them in the
-node's /tmp for good: two to four for every rendezvous server a launcher stops at the end of a run (734 pairs after
-a day of test runs on one machine). Under R1 the signal goes on to runc (and so to the container), which is waited
-for before udocker cleans up; under P1 udocker's own ``subprocess.call`` kills proot.
+ignored it, as hvdflow does for a rank's, whose trainer checkpoints first) is passed on to udocker's engine (runc,
+or proot, which passes it to the command) and udocker waits for it as usual, so its ``main`` then removes what it
+made under its tmp: the per-run ``passwd`` and ``group`` copies (P1's ``--hostauth``, R1's user), R1's bundle and
+bind folders; before the engine has started, the signal raises ``SystemExit(128 + N)``, on which ``main`` cleans up
+too. Killed by the signal's default action udocker left them in the node's /tmp for good: two to four for every
+rendezvous server a launcher stops at the end of a run (734 pairs after a day of test runs on one machine). Killing
+the engine instead of waiting for it is no way out under P1: proot killed while its command sits in a signal stop
+takes the signal with it, and the command sleeps on.
 """
 
 from __future__ import annotations
@@ -60,9 +62,6 @@ def _patch_runc_engine() -> None:
                 break
             except KeyboardInterrupt:  # runc got the terminal's Ctrl-C too and passes it to the container
                 continue
-            except SystemExit as stop:  # a stop signal (:func:`_end_on_stop_signals`): runc passes it on; wait for it
-                _stop_engine(runc, int(stop.code) - 128)
-                raise
         self._filebind.finish()
         return status
 
@@ -72,28 +71,38 @@ def _patch_runc_engine() -> None:
     RuncEngine.run_nopty = run_on_callers_streams
 
 
-ENGINE_STOP_WAIT = 10.0
-"""Seconds runc gets, after a stop signal was passed on to it, before it is killed."""
-
-
-def _stop_engine(runc: "subprocess.Popen[bytes]", signum: int) -> None:
-    """Pass ``signum`` to ``runc`` (which passes it to the container) and wait for it to end; kill it if it will not."""
-    try:
-        runc.send_signal(signum)
-        runc.wait(ENGINE_STOP_WAIT)
-    except subprocess.TimeoutExpired:
-        runc.kill()
-        runc.wait()
+def _children() -> List[int]:
+    """The live processes whose parent is this one (udocker's engine: proot or runc), from /proc."""
+    me, found = os.getpid(), []
+    for stat in os.listdir("/proc"):
+        if not stat.isdigit():
+            continue
+        try:
+            with open(f"/proc/{stat}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X") and int(fields[1]) == me:
+            found.append(int(stat))
+    return found
 
 
 def _end_on_stop_signals() -> None:
-    """SIGTERM and SIGHUP, unless ignored, raise ``SystemExit(128 + N)``: udocker's ``main`` cleans up on it. Later
-    ones are ignored, so that a second signal (``runuser``, ``srun`` pass theirs on) cannot cut the clean-up short."""
+    """SIGTERM and SIGHUP, unless ignored: passed on to the engine, which udocker then waits for as usual; before
+    there is one, ``SystemExit(128 + N)``. Either way udocker's ``main`` cleans up. Later ones are ignored, so that a
+    second signal (``runuser``, ``srun`` pass theirs on) cannot cut the clean-up short."""
 
     def end(signum: int, frame: Optional[object]) -> None:
         for other in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(other, signal.SIG_IGN)
-        raise SystemExit(128 + signum)
+        engines = _children()
+        if not engines:
+            raise SystemExit(128 + signum)
+        for pid in engines:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) == signal.SIG_DFL:
