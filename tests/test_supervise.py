@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.launch.supervise import by_signal, exit_text, group_members, start, stop, supervise, watch_interrupts
+from hvdflow.launch.supervise import (
+    by_signal,
+    exit_text,
+    group_members,
+    start,
+    stop,
+    supervise,
+    watch_stop_signals,
+)
+from pipeline_run import processes_naming
 
 # a leader that exits on SIGTERM and a child that ignores it, like `udocker run` and Debian's proot
 STUBBORN_CHILD = """
@@ -65,10 +76,11 @@ def test_the_rank_killed_by_a_signal_is_named_before_a_peer_that_exited_1_after_
 
 
 # a rank as the trainer behaves: its stop signals ignored by its launcher, it installs its own handlers, then on
-# SIGINT it "checkpoints" and exits with the stopped status
+# SIGINT or SIGTERM it "checkpoints" and exits with the stopped status
 RANK_STOPPING_ON_SIGINT = """
 import signal, sys, time
-signal.signal(signal.SIGINT, lambda *_: (print("got SIGINT", flush=True), sys.exit(75)))
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda n, _: (print("got", signal.Signals(n).name, flush=True), sys.exit(75)))
 print("ready", flush=True)
 time.sleep(300)
 """
@@ -81,9 +93,21 @@ RANK_SLOW_TO_CATCH_SIGINT = "import time; time.sleep(1.5)\n" + RANK_STOPPING_ON_
 def _wait_ready(tmp_path: Path, ranks: int) -> None:
     """Wait until every rank printed its ready line (the log's first line, the command, holds the word too)."""
     deadline = time.monotonic() + 30
-    while not all("ready" in (tmp_path / f"rank-{r}.log").read_text().splitlines()[1:] for r in range(ranks)):
+    while not all((tmp_path / f"rank-{r}.log").exists() and "ready" in (tmp_path / f"rank-{r}.log").read_text(
+            ).splitlines()[1:] for r in range(ranks)):
         assert time.monotonic() < deadline, "the ranks did not start"
         time.sleep(0.05)
+
+
+@pytest.fixture
+def stand_in_handlers() -> Iterator[None]:
+    """SIGINT and SIGHUP handled by a stand-in for Snakemake's (which ends its scheduler), restored afterwards."""
+    before = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 @pytest.mark.parametrize("rank_code, ready_first", [
@@ -92,60 +116,96 @@ def _wait_ready(tmp_path: Path, ranks: int) -> None:
     # while the trainers still import TensorFlow, ranks ignore SIGINT: it is sent again until they catch it and stop
     (RANK_SLOW_TO_CATCH_SIGINT, False),
 ], ids=["after-the-start-before-supervise", "before-the-ranks-catch-it"])
-def test_a_ctrl_c_before_supervise_runs_reaches_the_ranks(tmp_path: Path, rank_code: str, ready_first: bool) -> None:
-    before = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-        watch_interrupts()
-        ranks = [start(f"rank {r}", [sys.executable, "-c", rank_code], tmp_path / f"rank-{r}.log", {}, rank=True)
-                 for r in range(2)]
-        if ready_first:
-            _wait_ready(tmp_path, 2)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.2)  # the handler has run in this (the main) thread
-        with pytest.raises(RunStopped):
-            supervise(ranks, timeout=60)
-        assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
-        assert all(group_members(r.proc.pid) == [] for r in ranks)
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-def test_ctrl_c_in_the_main_thread_reaches_ranks_supervised_in_another_thread(tmp_path: Path) -> None:
-    # Snakemake runs a rule body in a worker thread and waits for it after a Ctrl-C; the ranks, in sessions of their
-    # own, never see the terminal's signal: supervise passes it on, so they checkpoint and stop
-    before = signal.signal(signal.SIGINT, lambda *_: None)  # stands in for Snakemake's KeyboardInterrupt
-    try:
-        watch_interrupts()
-        ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_STOPPING_ON_SIGINT], tmp_path / f"rank-{r}.log", {},
-                       rank=True) for r in range(2)]
-        helper = start("rendezvous server", [sys.executable, "-c", "import time; time.sleep(300)"],
-                       tmp_path / "server.log", {})
-        outcome: list[BaseException] = []
-
-        def body() -> None:
-            try:
-                supervise(ranks, timeout=120)
-            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-                outcome.append(exc)
-
-        worker = threading.Thread(target=body)
-        worker.start()
+def test_a_ctrl_c_before_supervise_runs_reaches_the_ranks(tmp_path: Path, rank_code: str, ready_first: bool,
+                                                          stand_in_handlers: None) -> None:
+    watch_stop_signals(spawned_job=False)
+    ranks = [start(f"rank {r}", [sys.executable, "-c", rank_code], tmp_path / f"rank-{r}.log", {}, rank=True)
+             for r in range(2)]
+    if ready_first:
         _wait_ready(tmp_path, 2)
-        os.kill(os.getpid(), signal.SIGINT)
-        # the kernel may hand the signal to any thread; CPython runs the handler in the main thread when that thread
-        # next runs Python code, so it waits in short slices, as Snakemake's scheduler does (one join(60) blocked the
-        # handler for the whole minute in the full suite, whose process has more threads)
-        deadline = time.monotonic() + 60
-        while worker.is_alive() and time.monotonic() < deadline:
-            worker.join(0.1)
-        assert not worker.is_alive()
-        assert len(outcome) == 1 and isinstance(outcome[0], RunStopped), outcome
-        assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
-        assert all(group_members(r.proc.pid) == [] for r in ranks)
-        assert helper.proc.poll() is None, "a process that is no rank got the rank's stop signal"
-        stop([helper])
-    finally:
-        signal.signal(signal.SIGINT, before)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # the handler has run in this (the main) thread
+    with pytest.raises(RunStopped):
+        supervise(ranks, timeout=60)
+    assert all("got SIGINT" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
+    assert all(group_members(r.proc.pid) == [] for r in ranks)
+
+
+@pytest.mark.parametrize("sent, relayed", [(signal.SIGINT, "SIGINT"), (signal.SIGHUP, "SIGTERM")],
+                         ids=["ctrl-c", "hang-up"])
+def test_a_stop_signal_in_the_main_thread_reaches_ranks_supervised_in_another_thread(
+        tmp_path: Path, sent: signal.Signals, relayed: str, stand_in_handlers: None) -> None:
+    # Snakemake runs a rule body in a worker thread and waits for it after a Ctrl-C; the ranks, in sessions of their
+    # own, never see the terminal's signals: supervise passes them on, so they checkpoint and stop (a hang-up as
+    # SIGTERM, which the trainer catches)
+    watch_stop_signals(spawned_job=False)
+    ranks = [start(f"rank {r}", [sys.executable, "-c", RANK_STOPPING_ON_SIGINT], tmp_path / f"rank-{r}.log", {},
+                   rank=True) for r in range(2)]
+    helper = start("rendezvous server", [sys.executable, "-c", "import time; time.sleep(300)"],
+                   tmp_path / "server.log", {})
+    outcome: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            supervise(ranks, timeout=120)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=body)
+    worker.start()
+    _wait_ready(tmp_path, 2)
+    os.kill(os.getpid(), sent)
+    # the kernel may hand the signal to any thread; CPython runs the handler in the main thread when that thread
+    # next runs Python code, so it waits in short slices, as Snakemake's scheduler does (one join(60) blocked the
+    # handler for the whole minute in the full suite, whose process has more threads)
+    deadline = time.monotonic() + 60
+    while worker.is_alive() and time.monotonic() < deadline:
+        worker.join(0.1)
+    assert not worker.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], RunStopped), outcome
+    assert all(f"got {relayed}" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
+    assert all(group_members(r.proc.pid) == [] for r in ranks)
+    assert helper.proc.poll() is None, "a process that is no rank got the rank's stop signal"
+    stop([helper])
+
+
+# a job as Snakemake spawns it for a rule with a run: body: its own Snakemake (here this script) under a shell, which
+# a SIGTERM to Snakemake's process group ends; Snakemake's SIGTERM handler (finish the running jobs) kept this process
+SPAWNED_JOB = """
+import signal, sys
+from pathlib import Path
+from hvdflow.errors import RunStopped
+from hvdflow.launch.supervise import start, supervise, watch_stop_signals
+signal.signal(signal.SIGTERM, lambda *_: print("SIGTERM: finishing the running jobs", flush=True))
+watch_stop_signals(spawned_job=True)
+logs = Path(sys.argv[1])
+ranks = [start(f"rank {r}", [sys.executable, "-c", sys.argv[2]], logs / f"rank-{r}.log", {}, rank=True)
+         for r in range(2)]
+try:
+    supervise(ranks, timeout=120)
+    print("the training went on to its end", flush=True)
+except RunStopped as exc:
+    print("RunStopped:", exc, flush=True)
+"""
+
+
+def test_a_spawned_job_whose_snakemake_gave_it_up_stops_its_ranks_at_a_checkpoint(tmp_path: Path) -> None:
+    job_log = tmp_path / "job.log"
+    shell = subprocess.Popen(["sh", "-c", '"$0" -c "$1" "$2" "$3" > "$4" 2>&1; echo the shell waited',
+                              sys.executable, SPAWNED_JOB, str(tmp_path), RANK_STOPPING_ON_SIGINT, str(job_log)],
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")},
+                             start_new_session=True)
+    _wait_ready(tmp_path, 2)
+    os.killpg(shell.pid, signal.SIGTERM)  # the whole group: the shell dies of it, the job's handler keeps it
+    assert shell.wait(10) == -signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while processes_naming(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_naming(tmp_path) == [], "the job or a rank outlived its Snakemake"
+    output = job_log.read_text()
+    assert "SIGTERM: finishing the running jobs" in output and "RunStopped: rank 0, rank 1 stopped on a signal after " \
+        "a checkpoint (exit status 75), sent them because the Snakemake that started this job had gone" in output, output
+    assert all("got SIGTERM" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
 
 
 @pytest.mark.parametrize("code, text", [(3, "exit code 3"), (-9, "exit code -9 (SIGKILL)"),

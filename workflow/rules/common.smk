@@ -10,6 +10,7 @@ from hvdflow.config.parse_time import check_workflow_config  # noqa: E402
 from hvdflow.config.datasets import input_paths, source_name, task_of  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.launch import supervise  # noqa: E402
+from snakemake_interface_executor_plugins.settings import ExecMode  # noqa: E402
 from hvdflow.slurm.layout import gres, job_task_resources  # noqa: E402
 
 # the schema, then the checks it cannot do (hvdflow.config.parse_time): one call, which the tests make too
@@ -23,8 +24,9 @@ except HvdflowError as exc:
     raise WorkflowError(str(exc)) from None
 PROFILE, CATALOG, BENCHMARK = _CHECKED.profile, _CHECKED.catalog, _CHECKED.benchmark
 
-# Ctrl-C reaches the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they checkpoint
-supervise.watch_interrupts()
+# Ctrl-C and hang-ups reach the ranks that the rule bodies start (Snakemake runs those bodies in threads), so they
+# checkpoint; a job Snakemake spawned stops its ranks when Snakemake has given it up
+supervise.watch_stop_signals(spawned_job=workflow.exec_mode == ExecMode.SUBPROCESS)
 
 BENCHMARK_KINDS = list(MODELS) + [ALLREDUCE] if BENCHMARK is None else BENCHMARK.kinds()
 BENCHMARK_PLOTS = [

@@ -27,8 +27,8 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import (
-    InterruptRelay,
     ProgressFollower,
+    StopRelay,
     Supervised,
     exit_text,
     log_tail,
@@ -185,7 +185,7 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
     running: dict[int, _Worker] = {}
     follower: Optional[ProgressFollower] = None
     deadline = None if timeout is None else time.monotonic() + timeout
-    relay = InterruptRelay(driver.interrupts_before)
+    relay = StopRelay(driver.interrupts_before)
     stopping = False
     hosts_read = time.monotonic()
     try:
@@ -241,11 +241,12 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
                     hosts = fresh
                     channel.write_hosts(hosts)
                     run.event("hosts", f"hosts now {describe_hosts(hosts)}", hosts=hosts)
-            if relay.due():  # Ctrl-C: local ranks checkpoint and stop together (Slurm steps get scancel's signals)
+            relayed = relay.due()
+            if relayed is not None:  # local ranks checkpoint and stop together (Slurm steps get scancel's signals)
                 stopping = True
                 for w in running.values():
                     if w.process.rank:
-                        signal_group(w.process.proc, signal.SIGINT)
+                        signal_group(w.process.proc, relayed)
             if deadline is not None and now > deadline:
                 raise LaunchError(f"the elastic run was still going after {timeout:.0f} s; stopped. Logs: {logs}")
             time.sleep(0.2)

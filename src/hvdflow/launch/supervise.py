@@ -41,8 +41,8 @@ class Supervised:
     rank: bool = False
     """A training rank: it checkpoints and stops on :data:`STOP_SIGNALS` (the processes above it ignore them)."""
     interrupts_before: int = 0
-    """How many Ctrl-C this process had got before it started: a later one, even before :func:`supervise` runs,
-    is passed on."""
+    """How many stop signals this process had got before it started: a later one, even before :func:`supervise`
+    runs, is passed on."""
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -60,52 +60,94 @@ def ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-class _Interrupts:
-    """How many times this process got SIGINT (Ctrl-C), counted by :func:`watch_interrupts` in the main thread."""
+class _StopRequests:
+    """The stop requests this process got, for :func:`supervise` in whatever thread: the signals counted by
+    :func:`watch_stop_signals` in the main thread, the one the ranks get for the latest, and the parent to watch."""
 
     count = 0
+    relayed: signal.Signals = signal.SIGINT
+    parent: Optional[int] = None
+    """The parent of a job Snakemake spawned (its shell): when it is gone, Snakemake has given the job up."""
 
 
-def watch_interrupts() -> None:
-    """Count Ctrl-C (SIGINT) for :func:`supervise`, then let the handler that was there act as before.
+RELAYED = {signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
+"""What each watched signal becomes for the ranks: Ctrl-C stays SIGINT; a hang-up (the terminal or the ssh session
+closed) is SIGTERM, which the trainer takes as a request to checkpoint and stop (it would die of SIGHUP)."""
+
+
+def watch_stop_signals(spawned_job: bool) -> None:
+    """Count Ctrl-C (SIGINT) and hang-ups (SIGHUP) for :func:`supervise`, then let the handler that was there act as
+    before; in a job Snakemake spawned (``spawned_job``), watch its parent too.
 
     Snakemake runs a rule body in a worker thread, where Python delivers no signal, and after a Ctrl-C it waits for
     the body to end; the ranks run in sessions of their own, out of the terminal's reach. So without this a Ctrl-C
-    would wait for the whole training. Called in the main thread (the rules call it while Snakemake parses them),
-    the handler lets :func:`supervise`, in whatever thread, pass each Ctrl-C on to the ranks, which checkpoint and
-    stop. Where SIGINT is ignored (a job started in the background) it stays ignored.
+    would wait for the whole training, and a hang-up would kill Snakemake and leave the ranks and the rendezvous
+    server running. Called in the main thread (the rules call it while Snakemake parses them), the handlers let
+    :func:`supervise`, in whatever thread, pass each signal on to the ranks (:data:`RELAYED`), which checkpoint and
+    stop. A signal whose default action was to end the process still ends it, after the rule bodies have stopped:
+    KeyboardInterrupt for SIGINT, ``SystemExit(128 + N)`` for SIGHUP, both of which Snakemake's scheduler takes as
+    the user's request to end. A signal that is ignored (a job started in the background, ``nohup``) stays ignored.
+
+    SIGTERM is Snakemake's own: its scheduler finishes the running jobs first. Sent to Snakemake's whole process
+    group (``kill -TERM -PGID``, ``timeout``), it also ends the shell between Snakemake and each job it spawned for a
+    rule with a ``run:`` body, and Snakemake then reports the job failed and exits while the job's process, whose
+    handler is Snakemake's too, would train on and write its outputs unwatched. So such a job notes its parent here,
+    and :func:`supervise` stops its ranks (SIGTERM: checkpoint and stop) when that parent is gone.
     """
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous in (signal.SIG_IGN, None) or getattr(
-            previous, "hvdflow_watch", False):
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if spawned_job:
+        _StopRequests.parent = os.getppid()
+    for signum in RELAYED:
+        _count_signal(signum)
+
+
+def _count_signal(signum: signal.Signals) -> None:
+    """Count ``signum`` in :class:`_StopRequests`, then act as the handler that was there did."""
+    previous = signal.getsignal(signum)
+    if previous in (signal.SIG_IGN, None) or getattr(previous, "hvdflow_watch", False):
         return
 
-    def on_interrupt(signum: int, frame: object) -> None:
-        _Interrupts.count += 1
+    def on_signal(number: int, frame: object) -> None:
+        _StopRequests.count += 1
+        _StopRequests.relayed = RELAYED[signal.Signals(number)]
         if callable(previous):
-            previous(signum, frame)
-        else:  # SIG_DFL: end as the default action would, with Python's exception
+            previous(number, frame)
+        elif number == signal.SIGINT:  # SIG_DFL: end as the default action would, with Python's exception
             raise KeyboardInterrupt
+        else:
+            raise SystemExit(128 + number)
 
-    on_interrupt.hvdflow_watch = True  # type: ignore[attr-defined]
-    signal.signal(signal.SIGINT, on_interrupt)
+    on_signal.hvdflow_watch = True  # type: ignore[attr-defined]
+    signal.signal(signum, on_signal)
 
 
-class InterruptRelay:
-    """When to pass Ctrl-C on to the ranks: at each new one counted by :func:`watch_interrupts` since ``seen``, then
-    again every :data:`INTERRUPT_RESEND` seconds (until the caller stops asking: its ranks have exited)."""
+ABANDONED = "the Snakemake that started this job had gone (a signal to its process group ended it)"
+
+
+class StopRelay:
+    """When to pass a stop on to the ranks, and which signal: at each new one counted by :func:`watch_stop_signals`
+    since ``seen``, or when the job has been abandoned (its parent, noted by :func:`watch_stop_signals`, is gone);
+    then again every :data:`INTERRUPT_RESEND` seconds (until the caller stops asking: its ranks have exited)."""
 
     def __init__(self, seen: int) -> None:
         self.seen: int = seen
-        self.sent: Optional[float] = None
+        self.signal: Optional[signal.Signals] = None
+        self.why: Optional[str] = None
+        """Why the ranks were asked to stop when no signal reached this process (:data:`ABANDONED`)."""
+        self.sent = 0.0
 
-    def due(self) -> bool:
-        """True when SIGINT should go to the ranks now."""
+    def due(self) -> Optional[signal.Signals]:
+        """The signal to send to the ranks now, or None."""
         now = time.monotonic()
-        if _Interrupts.count > self.seen or (self.sent is not None and now - self.sent > INTERRUPT_RESEND):
-            self.seen, self.sent = _Interrupts.count, now
-            return True
-        return False
+        if _StopRequests.count > self.seen:
+            self.seen, self.signal = _StopRequests.count, _StopRequests.relayed
+        elif self.signal is None and _StopRequests.parent is not None and os.getppid() != _StopRequests.parent:
+            self.signal, self.why = signal.SIGTERM, ABANDONED
+        elif self.signal is None or now - self.sent <= INTERRUPT_RESEND:
+            return None
+        self.sent = now
+        return self.signal
 
 
 def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False,
@@ -125,7 +167,7 @@ def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], ra
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
                                 start_new_session=True, preexec_fn=before_exec if rank or cores is not None else None)
-    return Supervised(label, log, proc, rank, _Interrupts.count)
+    return Supervised(label, log, proc, rank, _StopRequests.count)
 
 
 def stop(processes: Sequence[Supervised]) -> None:
@@ -248,12 +290,12 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
 
     No ``timeout`` means no limit of hvdflow's own (a Slurm job's limit is Slurm's to enforce). Processes that exit
     with :data:`STOPPED_EXIT` stopped on a signal after a checkpoint: when all of them did, RunStopped. ``follow``
-    is called on every poll (to copy progress into the rule's log). Each Ctrl-C this process gets (see
-    :func:`watch_interrupts`) goes on to the ranks' process groups as SIGINT, repeated every
-    :data:`INTERRUPT_RESEND` seconds until they exit: they checkpoint and stop together.
+    is called on every poll (to copy progress into the rule's log). Each stop this process is asked for (see
+    :class:`StopRelay`) goes on to the ranks' process groups, repeated every :data:`INTERRUPT_RESEND` seconds until
+    they exit: they checkpoint and stop together.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    relay = InterruptRelay(min((p.interrupts_before for p in processes), default=_Interrupts.count))
+    relay = StopRelay(min((p.interrupts_before for p in processes), default=_StopRequests.count))
     pending = list(processes)
     stopped: list[Supervised] = []
     finished: list[Supervised] = []
@@ -273,18 +315,21 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
                     pending.remove(p)
             if follow is not None:
                 follow()
-            if relay.due():
+            relayed = relay.due()
+            if relayed is not None:
                 for p in pending:
                     if p.rank:
-                        signal_group(p.proc, signal.SIGINT)
+                        signal_group(p.proc, relayed)
             if pending and deadline is not None and time.monotonic() > deadline:
                 names = ", ".join(p.label for p in pending)
                 what = "after the others stopped on a signal" if stopped else f"after {timeout:.0f} s"
                 raise LaunchError(f"{names} still running {what}; stopped. Logs: " + ", ".join(str(p.log) for p in pending))
             time.sleep(0.2)
         if stopped:
+            because = "" if relay.why is None else f", sent them because {relay.why}"
             raise RunStopped(f"{', '.join(p.label for p in stopped)} stopped on a signal after a checkpoint "
-                             f"(exit status {STOPPED_EXIT}); starting the job again resumes the run. Log: {stopped[0].log}")
+                             f"(exit status {STOPPED_EXIT}){because}; starting the job again resumes the run. "
+                             f"Log: {stopped[0].log}")
     finally:
         stop(processes)
 
