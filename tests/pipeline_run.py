@@ -178,7 +178,8 @@ def benchmark_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, pre
     ``section``'s keys changed."""
     return configured_pipeline(user, registry, udocker_dir, prepared, benchmark={
         "image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1, 2], "nodes": [1], "runtimes": ["udocker"],
-        "repetitions": 1, "warmup_steps": 3, "steps": 20, "allreduce_sizes_kib": [1, 1024], **section})
+        "repetitions": 1, "warmup_steps": 3, "steps": 20, "min_seconds": 1, "allreduce_sizes_kib": [1, 1024],
+        **section})
 
 
 def model_weights(model: Path) -> list[np.ndarray]:

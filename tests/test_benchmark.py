@@ -24,7 +24,7 @@ from hvdflow.config.benchmark import (
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
-from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for
+from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for, steps_for_window
 from hvdflow_trainer.keras import models
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -50,6 +50,8 @@ def test_measurements_are_planned_repetition_by_repetition_and_allreduce_only_wi
 @pytest.mark.parametrize("section, message", [
     ({"models": ["vgg16"]}, "benchmark.models: 'vgg16' is not one of mlp, small-cnn, resnet50"),
     ({"repetitions": 0}, "benchmark.repetitions: 0 must be an integer of at least 1"),
+    ({"min_seconds": -1}, "benchmark.min_seconds: -1 must be an integer of at least 0"),
+    ({"min_seconds": 2.5}, "benchmark.min_seconds: 2.5 must be an integer of at least 0"),
     ({"ranks": []}, "benchmark.ranks: give a non-empty list of integers"),
     ({"ranks": [0, 2]}, "benchmark.ranks: 0 is less than 1"),
     ({"runtimes": ["docker"]}, "benchmark.runtimes: 'docker' is not one of udocker, udocker-P1, udocker-R1, native"),
@@ -105,6 +107,16 @@ def test_a_users_model_is_measured_under_its_own_name_on_the_data_shape_the_conf
         benchmark_spec({**section, "user_models": {"mlp": unet}})
     with pytest.raises(ConfigError, match=r"benchmark\.user_models\.unet\.build: other:build: no module other"):
         benchmark_spec({**section, "user_models": {"unet": {**unet, "build": "other:build"}}})
+
+
+def test_a_timed_window_shorter_than_min_seconds_gets_a_longer_pass_that_grows_until_it_is_long_enough() -> None:
+    # 200 steps of the digits MLP took 67 ms here: 10 s at that rate, and a fifth more for the warm-up's rate
+    assert steps_for_window(200, 0.067, 10) == math.ceil(200 * 1.2 * 10 / 0.067)
+    assert steps_for_window(200, 10.0, 10) == 0 and steps_for_window(200, 3.0, 0) == 0
+    # a pass that fell just short still grows by the margin, so repeated passes end
+    assert steps_for_window(1000, 9.99, 10) == 1202
+    spec = benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1], "allreduce": False})
+    assert spec.min_seconds == 5 and spec.program_args("mlp")[-2:] == ["--min-seconds", "5"]
 
 
 def test_bus_bandwidth_is_nccl_tests_convention_and_iterations_stay_bounded() -> None:

@@ -310,6 +310,8 @@ def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_
         # each rank ran in the mode its runtime names (native: outside udocker)
         measured = pipeline.json(f"results/benchmark/measurements/mlp-r2-n1-{runtime}-0.json")
         assert [r["execmode"] for r in measured["per_rank"]] == [runtime_kind(runtime)[1]] * 2, measured["per_rank"]
+        # 20 steps of the MLP are milliseconds: a longer pass was timed, until it lasted min_seconds (1 here)
+        assert measured["measured_seconds"] >= 1 and measured["steps"] > 20, (measured["steps"], runtime)
     # each rank of a 2-rank measurement owns its own core and runs one thread: the local launcher's binding
     measured = pipeline.json("results/benchmark/measurements/mlp-r2-n1-udocker-P1-0.json")
     assert measured["ranks"] == 2 and measured["threads"] == 1 and measured["tensorflow"] == "2.15.1"

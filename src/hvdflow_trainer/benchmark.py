@@ -9,7 +9,9 @@ the native venv, and writes ``rank-<r>.json`` into ``--out``: rank 0's holds the
 - ``launch_to_import_seconds``: from the launcher's start of the ranks (``--launched``, Unix time) to the end of those
   imports: what the runtime adds to starting a rank (udocker's Python, proot) counts here;
 - ``seconds_to_first_step``: from the launcher's start to the end of the first training step (the slowest rank);
-- ``samples_per_second``: the global training throughput after ``--warmup-steps`` steps, over ``--steps`` steps.
+- ``samples_per_second``: the global training throughput after ``--warmup-steps`` steps, over ``--steps`` steps,
+  or over a longer pass where those took less than ``--min-seconds`` (:func:`steps_for_window`; ``steps`` says how
+  many; ``measured_seconds`` how long).
 
 The data are one synthetic batch of the real shape of the data the model is made for (:data:`SHAPES`), fixed by the
 seed and repeated: no dataset and no input pipeline are measured, only the model, the optimizer and Horovod.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import math
 import os
 import socket
 import struct
@@ -52,6 +55,20 @@ def bus_bandwidth(size_bytes: int, seconds: float, ranks: int) -> float:
     """Allreduce bus bandwidth in bytes/s: the algorithm bandwidth times 2(n-1)/n, NCCL-tests' convention, which a
     ring allreduce's per-link traffic gives and which does not change with the rank count on a perfect network."""
     return size_bytes / seconds * 2 * (ranks - 1) / ranks
+
+
+WINDOW_MARGIN = 1.2
+"""How much longer than ``--min-seconds`` a second pass aims to be: the first pass's rate is a warm-up's."""
+
+
+def steps_for_window(steps: int, seconds: float, min_seconds: float) -> int:
+    """The timed steps of a longer pass where ``steps`` timed steps took ``seconds``, less than ``min_seconds`` (a
+    window that short is noise: 200 steps of the digits MLP are 67 ms); 0 where they were enough. At least
+    :data:`WINDOW_MARGIN` times ``steps``, so passes repeated until one is long enough end. Rank 0 decides and every
+    rank follows (the ranks must run the same steps)."""
+    if seconds >= min_seconds:
+        return 0
+    return math.ceil(steps * WINDOW_MARGIN * max(1.0, min_seconds / max(seconds, 1e-6)))
 
 
 def rank_facts(import_seconds: float, launch_to_import: float) -> Dict[str, Any]:
@@ -135,6 +152,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--hidden-units", type=int, default=64)
     parser.add_argument("--warmup-steps", type=int, default=5, help="untimed steps first (at least 1)")
     parser.add_argument("--steps", type=int, default=30, help="steps timed after the warm-up")
+    parser.add_argument("--min-seconds", type=float, default=0.0,
+                        help="time more steps where --steps took less than this (steps_for_window)")
     parser.add_argument("--sizes-kib", type=int, nargs="+", default=[1, 64, 1024, 16384, 65536])
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow's intra-op threads: the rank's cores")
     parser.add_argument("--seed", type=int, default=1234)

@@ -95,6 +95,8 @@ class BenchmarkSpec:
     hidden_units: int
     warmup_steps: int
     steps: int
+    min_seconds: int
+    """The shortest timed window: where ``steps`` took less, the ranks time a longer pass."""
     allreduce: bool
     allreduce_sizes_kib: tuple[int, ...]
     user_models: Mapping[str, BenchmarkedUserModel] = field(default_factory=dict)
@@ -144,7 +146,8 @@ class BenchmarkSpec:
             return ["--kind", kind, *torch, "--sizes-kib", *(str(s) for s in self.allreduce_sizes_kib)]
         model = self.user_models[kind].program_args() if kind in self.user_models else ["--kind", kind]
         return [*model, *torch, "--batch-size", str(self.batch_size), "--hidden-units", str(self.hidden_units),
-                "--warmup-steps", str(self.warmup_steps), "--steps", str(self.steps)]
+                "--warmup-steps", str(self.warmup_steps), "--steps", str(self.steps),
+                "--min-seconds", str(self.min_seconds)]
 
     def read_paths(self, kind: str) -> list[Path]:
         """The host folders ``kind``'s ranks read: a user's model's code folder."""
@@ -210,6 +213,7 @@ def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
         hidden_units=_int("hidden_units", section.get("hidden_units", 64), 1),
         warmup_steps=_int("warmup_steps", section.get("warmup_steps", 5), 1),
         steps=_int("steps", section.get("steps", 30), 1),
+        min_seconds=_int("min_seconds", section.get("min_seconds", 5), 0),
         allreduce=bool(section.get("allreduce", True)),
         allreduce_sizes_kib=_ints("allreduce_sizes_kib", section.get("allreduce_sizes_kib", [1, 64, 1024, 16384, 65536]),
                                   1),

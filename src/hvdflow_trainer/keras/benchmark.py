@@ -8,12 +8,21 @@ import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, rank_facts, tcp_bandwidth
+from ..benchmark import (
+    ALLREDUCE,
+    SHAPES,
+    bus_bandwidth,
+    iterations_for,
+    rank_facts,
+    steps_for_window,
+    tcp_bandwidth,
+)
 from ..user_code import user_model_of
 
 
-def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
-    """Train ``args.kind`` on one repeated synthetic batch; the times of the first, warm-up and last steps."""
+def _timed_model(args: argparse.Namespace, hvd, hvd_tf, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+    """Train ``args.kind`` on one repeated synthetic batch; the end of the first step, and the throughput over the
+    steps after the warm-up (or over a longer ``fit``, where those took less than ``args.min_seconds``)."""
     from .models import build_model, loss_and_metrics, sgd
 
     user = user_model_of(args)
@@ -29,8 +38,6 @@ def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # typ
     else:
         y = rng.integers(0, classes, size=(args.batch_size,)).astype("int64")
         loss = "sparse_categorical_crossentropy"
-    steps = args.warmup_steps + args.steps
-    data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
     model = build_model(args.kind, shape, classes, multi, args.hidden_units, user)
     optimizer = hvd.DistributedOptimizer(sgd(0.01 * hvd.size(), 0.9))
     model.compile(optimizer=optimizer, loss=loss_and_metrics(user, classes, multi)[0] if user else loss)
@@ -40,11 +47,22 @@ def _timed_model(args: argparse.Namespace, hvd, tf) -> Dict[str, object]:  # typ
         def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
             ends.append(time.time())
 
-    model.fit(data, epochs=1, steps_per_epoch=steps, verbose=0,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), StepTimes()])
-    measured = ends[-1] - ends[args.warmup_steps - 1]
-    return {"first_step_end": ends[0], "measured_seconds": measured,
-            "samples_per_second": args.steps * args.batch_size * hvd.size() / measured,
+    def fit(steps: int, *callbacks) -> None:  # type: ignore[no-untyped-def]
+        ends.clear()
+        model.fit(tf.data.Dataset.from_tensors((x, y)).repeat(steps), epochs=1, steps_per_epoch=steps, verbose=0,
+                  callbacks=[*callbacks, StepTimes()])
+
+    fit(args.warmup_steps + args.steps, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+    first_step_end, timed, measured = ends[0], args.steps, ends[-1] - ends[args.warmup_steps - 1]
+    while True:  # each pass at least 1.2 times as long as the last: it ends
+        longer = hvd_tf.broadcast_object(steps_for_window(timed, measured, args.min_seconds), root_rank=0,
+                                         name="timed_steps")
+        if not longer:
+            break
+        fit(longer + 1)  # timed from the end of the pass's first step: Keras' set-up of a fit is not a step
+        timed, measured = longer, ends[-1] - ends[0]
+    return {"first_step_end": first_step_end, "measured_seconds": measured, "steps": timed,
+            "samples_per_second": timed * args.batch_size * hvd.size() / measured,
             "parameters": int(model.count_params())}
 
 
@@ -97,8 +115,8 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
                                       lambda obj, root: hvd_tf.broadcast_object(obj, root_rank=root, name="tcp_address"),
                                       lambda obj: hvd_tf.allgather_object(obj, name="tcp_seconds"))
     else:
-        result.update(_timed_model(args, hvd, tf), batch_size=args.batch_size, warmup_steps=args.warmup_steps,
-                      steps=args.steps)
+        result.update(_timed_model(args, hvd, hvd_tf, tf), batch_size=args.batch_size,
+                      warmup_steps=args.warmup_steps)
         first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
         result["seconds_to_first_step"] = max(hvd_tf.allgather_object(first, name="first_step"))
     ranks = hvd_tf.allgather_object(rank_facts(import_seconds, imported_at - args.launched), name="rank_facts")

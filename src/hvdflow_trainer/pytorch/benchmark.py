@@ -9,11 +9,12 @@ import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, rank_facts
+from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, rank_facts, steps_for_window
 
 
 def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
-    """Train ``args.kind`` on one repeated synthetic batch; the times of the first, warm-up and last steps."""
+    """Train ``args.kind`` on one repeated synthetic batch; the end of the first step, and the throughput over the
+    steps after the warm-up (or over a longer pass, where those took less than ``args.min_seconds``)."""
     import numpy as np
 
     from .models import build_model, loss_function
@@ -34,16 +35,26 @@ def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  
     ranks.broadcast_start(model, optimizer)
     loss_of = loss_function(multi)
     ends: List[float] = []
-    for _ in range(args.warmup_steps + args.steps):
-        optimizer.zero_grad()
-        loss_of(net(x), y).backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        ends.append(time.time())
-    measured = ends[-1] - ends[args.warmup_steps - 1]
-    return {"first_step_end": ends[0], "measured_seconds": measured,
-            "samples_per_second": args.steps * args.batch_size * ranks.size / measured,
+
+    def train(steps: int) -> None:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss_of(net(x), y).backward()
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            ends.append(time.time())
+
+    train(args.warmup_steps + args.steps)
+    timed, measured = args.steps, ends[-1] - ends[args.warmup_steps - 1]
+    while True:  # each pass at least 1.2 times as long as the last: it ends
+        longer = ranks.allgather_object(steps_for_window(timed, measured, args.min_seconds))[0]  # rank 0's, for all
+        if not longer:
+            break
+        train(longer + 1)  # timed from the end of the pass's first step: the collective above is not a step
+        timed, measured = longer, ends[-1] - ends[-longer - 1]
+    return {"first_step_end": ends[0], "measured_seconds": measured, "steps": timed,
+            "samples_per_second": timed * args.batch_size * ranks.size / measured,
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
@@ -99,8 +110,7 @@ def run(args: argparse.Namespace) -> Dict[str, object]:
         # the network
         result["allreduce"] = _allreduce_sweep(args, ranks, torch)
     else:
-        result.update(_timed_model(args, ranks, torch), batch_size=args.batch_size, warmup_steps=args.warmup_steps,
-                      steps=args.steps)
+        result.update(_timed_model(args, ranks, torch), batch_size=args.batch_size, warmup_steps=args.warmup_steps)
         first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
         result["seconds_to_first_step"] = max(ranks.allgather_object(first))
     facts = ranks.allgather_object(rank_facts(import_seconds, imported_at - args.launched))
