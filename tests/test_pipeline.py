@@ -536,7 +536,8 @@ def test_a_hang_up_or_a_sigterm_to_snakemakes_process_group_checkpoints_the_rank
     pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     started = time.time()
     for sent, epoch in ((signal.SIGHUP, 2), (signal.SIGTERM, 5)):
-        running = pipeline.start_snakemake()
+        # as in a terminal: SIGHUP's default action (a suite started under nohup would have Snakemake ignore it)
+        running = pipeline.start_snakemake(wrapper=("env", "--default-signal=HUP"))
         log = pipeline.root / "logs/train/demo/rank-0.log"
         deadline = time.monotonic() + 900
         while f"hvdflow: epoch {epoch}/10" not in (log.read_text() if log.exists() else ""):
