@@ -24,7 +24,7 @@ from hvdflow.config.benchmark import (
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
-from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for, steps_for_window
+from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for, long_enough_window, steps_for_window
 from hvdflow_trainer.keras import models
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -115,6 +115,15 @@ def test_a_timed_window_shorter_than_min_seconds_gets_a_longer_pass_that_grows_u
     assert steps_for_window(200, 10.0, 10) == 0 and steps_for_window(200, 3.0, 0) == 0
     # a pass that fell just short still grows by the margin, so repeated passes end
     assert steps_for_window(1000, 9.99, 10) == 1202
+    # passes until one lasts min_seconds: steady steps twice as fast as the warm-up's rate make a second pass
+    passes: list[int] = []
+
+    def timed_pass(steps: int) -> float:
+        passes.append(steps)
+        return steps / 2000  # 2,000 steps/s
+    assert long_enough_window(20, 0.02, 1, lambda n: n, timed_pass) == (2400, 1.2)
+    assert passes == [1200, 2400]
+    assert long_enough_window(20, 1.5, 1, lambda n: n, timed_pass) == (20, 1.5) and len(passes) == 2
     spec = benchmark_spec({"image": "hvdflow-cpu", "models": ["mlp"], "ranks": [1], "allreduce": False})
     assert spec.min_seconds == 5 and spec.program_args("mlp")[-2:] == ["--min-seconds", "5"]
 

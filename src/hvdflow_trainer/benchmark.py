@@ -71,6 +71,20 @@ def steps_for_window(steps: int, seconds: float, min_seconds: float) -> int:
     return math.ceil(steps * WINDOW_MARGIN * max(1.0, min_seconds / max(seconds, 1e-6)))
 
 
+def long_enough_window(steps: int, seconds: float, min_seconds: float, rank0: Callable[[int], int],
+                       timed_pass: Callable[[int], float]) -> Tuple[int, float]:
+    """The timed steps and seconds: the first pass's (``steps`` in ``seconds``) or, where it was shorter than
+    ``min_seconds``, those of longer passes until one is long enough (:func:`steps_for_window`: each at least
+    :data:`WINDOW_MARGIN` times the last, so this ends). ``rank0(n)`` is rank 0's ``n`` on every rank (a
+    collective); ``timed_pass(n)`` runs ``n + 1`` more steps and returns the seconds of the last ``n`` (the
+    collective and a framework's set-up of the pass are no steps)."""
+    while True:
+        longer = rank0(steps_for_window(steps, seconds, min_seconds))
+        if not longer:
+            return steps, seconds
+        steps, seconds = longer, timed_pass(longer)
+
+
 def rank_facts(import_seconds: float, launch_to_import: float) -> Dict[str, Any]:
     """What every framework's rank reports of itself for the measurement's ``per_rank``: its start, host, cores, and
     the udocker mode that ran it (None outside udocker)."""

@@ -13,8 +13,8 @@ from ..benchmark import (
     SHAPES,
     bus_bandwidth,
     iterations_for,
+    long_enough_window,
     rank_facts,
-    steps_for_window,
     tcp_bandwidth,
 )
 from ..user_code import user_model_of
@@ -53,14 +53,15 @@ def _timed_model(args: argparse.Namespace, hvd, hvd_tf, tf) -> Dict[str, object]
                   callbacks=[*callbacks, StepTimes()])
 
     fit(args.warmup_steps + args.steps, hvd.callbacks.BroadcastGlobalVariablesCallback(0))
-    first_step_end, timed, measured = ends[0], args.steps, ends[-1] - ends[args.warmup_steps - 1]
-    while True:  # each pass at least 1.2 times as long as the last: it ends
-        longer = hvd_tf.broadcast_object(steps_for_window(timed, measured, args.min_seconds), root_rank=0,
-                                         name="timed_steps")
-        if not longer:
-            break
-        fit(longer + 1)  # timed from the end of the pass's first step: Keras' set-up of a fit is not a step
-        timed, measured = longer, ends[-1] - ends[0]
+    first_step_end = ends[0]
+
+    def longer_pass(steps: int) -> float:
+        fit(steps + 1)
+        return ends[-1] - ends[0]
+
+    timed, measured = long_enough_window(
+        args.steps, ends[-1] - ends[args.warmup_steps - 1], args.min_seconds,
+        lambda n: hvd_tf.broadcast_object(n, root_rank=0, name="timed_steps"), longer_pass)
     return {"first_step_end": first_step_end, "measured_seconds": measured, "steps": timed,
             "samples_per_second": timed * args.batch_size * hvd.size() / measured,
             "parameters": int(model.count_params())}

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, rank_facts, steps_for_window
+from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, long_enough_window, rank_facts
 
 
 def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
@@ -46,13 +46,13 @@ def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  
             ends.append(time.time())
 
     train(args.warmup_steps + args.steps)
-    timed, measured = args.steps, ends[-1] - ends[args.warmup_steps - 1]
-    while True:  # each pass at least 1.2 times as long as the last: it ends
-        longer = ranks.allgather_object(steps_for_window(timed, measured, args.min_seconds))[0]  # rank 0's, for all
-        if not longer:
-            break
-        train(longer + 1)  # timed from the end of the pass's first step: the collective above is not a step
-        timed, measured = longer, ends[-1] - ends[-longer - 1]
+
+    def longer_pass(steps: int) -> float:
+        train(steps + 1)
+        return ends[-1] - ends[-steps - 1]
+
+    timed, measured = long_enough_window(args.steps, ends[-1] - ends[args.warmup_steps - 1], args.min_seconds,
+                                         lambda n: ranks.allgather_object(n)[0], longer_pass)
     return {"first_step_end": ends[0], "measured_seconds": measured, "steps": timed,
             "samples_per_second": timed * args.batch_size * ranks.size / measured,
             "parameters": sum(p.numel() for p in model.parameters())}
