@@ -201,6 +201,14 @@ def test_the_benchmark_target_plans_every_measurement_then_the_table_and_figures
     assert ["benchmark_measure", str(expected)] in [line.split() for line in jobs.splitlines()], jobs[-3000:]
     for plot in ("throughput", "efficiency", "runtime_ratio", "allreduce", "frameworks"):
         assert f"results/benchmark/plots/{plot}.png" in jobs
+    # on one machine a repetition waits for the one before it, so its runtimes run side by side; under Slurm, not
+    inputs = {line.split("output: ")[1]: previous for previous, line in zip(jobs.splitlines(), jobs.splitlines()[1:])
+              if line.strip().startswith("output: results/benchmark/measurements/")}
+    second = inputs["results/benchmark/measurements/mlp-r1-n1-native-1.json"]
+    waits = [f"results/benchmark/measurements/{name}-0.json" for name in ("mlp-r1-n1-udocker", "mlp-r1-n1-native",
+                                                                          "allreduce-r2-n1-native")]
+    assert all((name in second) == (profile == "local") for name in waits), second
+    assert "measurements/" not in inputs["results/benchmark/measurements/mlp-r1-n1-native-0.json"]
 
 
 def test_without_a_profile_the_embedded_default_runs(tree: Path) -> None:

@@ -15,6 +15,7 @@ rule benchmark_measure:
         image=lambda wildcards: get_image_record(
             benchmark_spec_or_error().image_of(wildcards.kind)
         ),
+        previous_repetition=get_benchmark_previous_repetition,
     output:
         measurement="results/benchmark/measurements/{kind}-r{ranks}-n{nodes}-{runtime}-{rep}.json",
     log:

@@ -166,6 +166,21 @@ def benchmark_tasks(wildcards):
     return job_task_resources(int(wildcards.ranks), int(wildcards.nodes), PROFILE.slurm)
 
 
+def get_benchmark_previous_repetition(wildcards):
+    """On one machine, the measurements of the repetition before this one (hvdflow.config.benchmark's
+    BenchmarkSpec.repetition): a repetition starts after the last has ended. Marked ancient: an order, not data, so
+    their times never make a measurement rerun. Under Slurm, none: the measurements run as the nodes allow.
+    """
+    if PROFILE.slurm:
+        return []
+    return ancient(
+        [
+            f"results/benchmark/measurements/{m.name}.json"
+            for m in benchmark_spec_or_error().repetition(int(wildcards.rep) - 1)
+        ]
+    )
+
+
 def get_benchmark_measurements():
     """Every measurement file of the config's benchmark."""
     return [

@@ -126,6 +126,13 @@ class BenchmarkSpec:
                 for nodes in self.nodes for runtime in self.runtimes_of(kind)
                 if nodes <= ranks and not (framework_of(kind)[1] == ALLREDUCE and ranks < 2)]
 
+    def repetition(self, rep: int) -> list[Measurement]:
+        """The measurements of repetition ``rep`` (none outside ``0 .. repetitions - 1``). On one machine a repetition
+        starts once the one before it has ended, so the runtimes it sets side by side run minutes apart at most and
+        :func:`hvdflow.pipeline.benchmark.goals` can pair them; a load that comes and goes on a shared machine then
+        spreads over the repetitions instead of falling on one runtime."""
+        return [m for m in self.measurements() if m.rep == rep]
+
     def runtimes_of(self, kind: str) -> tuple[str, ...]:
         """The runtimes ``kind`` is measured in: PyTorch's in udocker only (the native runtime is a venv of the
         host's Python with the image's pinned wheels, and PyTorch's image is Debian 13's Python and torch)."""

@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from hvdflow.config.benchmark import ALLREDUCE, BenchmarkSpec, Measurement, framework_of
 from hvdflow.config.profile import SlurmCluster
@@ -80,7 +80,7 @@ class Row:
     n: int
 
     @property
-    def key(self) -> tuple[str, int, int, str, str, int]:
+    def key(self) -> Key:
         """What identifies the row."""
         return (self.kind, self.ranks, self.nodes, self.runtime, self.metric, self.size_bytes)
 
@@ -90,31 +90,43 @@ def mean_ci(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (Z95 * statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def _samples(results: Iterable[dict[str, Any]]) -> dict[tuple[str, int, int, str, str, int], list[float]]:
-    """Every measured value, grouped by what it measures."""
-    groups: dict[tuple[str, int, int, str, str, int], list[float]] = defaultdict(list)
+Key = tuple[str, int, int, str, str, int]
+"""What a value measures: (kind, ranks, nodes, runtime, metric, message size or 0)."""
+
+
+def _values(results: Iterable[dict[str, Any]]) -> Iterator[tuple[Key, int, float]]:
+    """Every measured value: what it measures, its repetition, the value."""
     for result in results:
         m = result["measurement"]
         where = (m["kind"], m["ranks"], m["nodes"], m["runtime"])
+        rep = int(m["rep"])
         for metric in ("import_seconds", "launch_to_import_seconds"):
-            groups[(*where, metric, 0)].append(float(result[metric]))
+            yield (*where, metric, 0), rep, float(result[metric])
         if framework_of(m["kind"])[1] == ALLREDUCE:
             for row in result["allreduce"]:
-                groups[(*where, "bus_bandwidth_bytes_per_second", int(row["size_bytes"]))].append(
-                    float(row["bus_bandwidth_bytes_per_second"]))
+                yield ((*where, "bus_bandwidth_bytes_per_second", int(row["size_bytes"])), rep,
+                       float(row["bus_bandwidth_bytes_per_second"]))
             if "tcp" in result:  # PyTorch's sweeps stream no raw TCP (hvdflow_trainer.pytorch.benchmark)
-                groups[(*where, "tcp_bytes_per_second", 0)].append(float(result["tcp"]["bytes_per_second"]))
+                yield (*where, "tcp_bytes_per_second", 0), rep, float(result["tcp"]["bytes_per_second"])
         else:
             for metric in ("samples_per_second", "seconds_to_first_step", "job_start_to_first_step_seconds"):
                 if metric in result:
-                    groups[(*where, metric, 0)].append(float(result[metric]))
+                    yield (*where, metric, 0), rep, float(result[metric])
+
+
+def _by_repetition(results: Iterable[dict[str, Any]]) -> dict[Key, dict[int, float]]:
+    """Every measured value, grouped by what it measures, then by repetition."""
+    groups: dict[Key, dict[int, float]] = defaultdict(dict)
+    for key, rep, value in _values(results):
+        groups[key][rep] = value
     return groups
 
 
 def table_rows(results: Iterable[dict[str, Any]]) -> list[Row]:
     """The table: each metric's mean ± 1.96σ, and each throughput's scaling efficiency X(N) / (N · X(1)) against
     one rank on one node of the same model and runtime (absent where that was not measured)."""
-    rows = [Row(*key, *mean_ci(values), len(values)) for key, values in sorted(_samples(results).items())]
+    rows = [Row(*key, *mean_ci(list(by_rep.values())), len(by_rep))
+            for key, by_rep in sorted(_by_repetition(results).items())]
     by_key = {row.key: row for row in rows}
     for row in [r for r in rows if r.metric == "samples_per_second"]:
         one = by_key.get((row.kind, 1, 1, row.runtime, "samples_per_second", 0))
@@ -127,26 +139,60 @@ def table_rows(results: Iterable[dict[str, Any]]) -> list[Row]:
     return sorted(rows, key=lambda r: r.key)
 
 
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+"""Student's t at 97.5 % for 1 to 30 degrees of freedom: the half-width of a 95 % interval of a mean of few
+repetitions, in standard errors (:data:`Z95` beyond)."""
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """The mean of ``values`` and its 95 % interval (Student's t; the mean alone for one value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = (T975[len(values) - 2] if len(values) - 1 <= len(T975) else Z95) * statistics.stdev(values) / math.sqrt(
+        len(values))
+    return mean, mean - half, mean + half
+
+
 @dataclass(frozen=True)
 class Goal:
-    """A ratio the benchmark reports against its goal (issue 14's goals for these 2-core machines)."""
+    """A ratio the benchmark reports against its goal: the mean of the repetitions' paired ratios (each repetition's
+    container value against that repetition's native one) and its 95 % interval."""
 
     name: str
     ratio: float
     limit: float
     at_most: bool
     where: str
+    low: float
+    high: float
+    n: int
+
+    @property
+    def verdict(self) -> str:
+        """``met`` where the whole interval is on the goal's side of the limit, ``missed`` where it is all on the
+        other side, else ``unsettled`` (the repetitions cannot tell; more of them can)."""
+        if self.at_most:
+            met, missed = self.high <= self.limit, self.low > self.limit
+        else:
+            met, missed = self.low >= self.limit, self.high < self.limit
+        return "met" if met else "missed" if missed else "unsettled"
 
     @property
     def met(self) -> bool:
-        """Whether the ratio is on the right side of the limit."""
-        return self.ratio <= self.limit if self.at_most else self.ratio >= self.limit
+        """Whether the goal is met beyond the repetitions' noise."""
+        return self.verdict == "met"
 
     def line(self) -> str:
-        """One line: the ratio, the goal, and by how much it is missed."""
+        """One line: the ratio and its interval, the goal, and the verdict (by how much a missed goal is missed)."""
         sign = "<=" if self.at_most else ">="
-        verdict = "met" if self.met else f"MISSED by {abs(self.ratio / self.limit - 1) * 100:.1f} %"
-        return f"{self.name}: {self.ratio:.3f} (goal {sign} {self.limit}) {verdict} [{self.where}]"
+        spread = (f"95 % interval {self.low:.3f}-{self.high:.3f} over {self.n} paired repetitions" if self.n > 1
+                  else "1 repetition, no interval")
+        verdict = {"met": "met",
+                   "missed": f"MISSED by {abs(self.ratio / self.limit - 1) * 100:.1f} %",
+                   "unsettled": "NOT SETTLED: the interval spans the goal (more repetitions can settle it)"}
+        return f"{self.name}: {self.ratio:.3f} ({spread}; goal {sign} {self.limit}) {verdict[self.verdict]} [{self.where}]"
 
 
 GOAL_LIMITS = {"udocker-R1": (1.02, 1.1, 1.1, 0.97)}
@@ -157,16 +203,18 @@ DEFAULT_GOAL_LIMITS = (1.05, 1.2, 1.1, 0.95)
 """The goals of udocker's proot modes (issue 14's, for these 2-core machines)."""
 
 
-def goals(rows: list[Row]) -> list[Goal]:
+def goals(results: Iterable[dict[str, Any]]) -> list[Goal]:
     """Each udocker runtime (the profile's mode, ``udocker-P1``, ``udocker-R1``) against native, each at the
     measurement where it is worst: steady training time per sample, time to the first step, starting a rank and
     importing TensorFlow + Horovod, allreduce bus bandwidth, against the runtime's limits (:data:`GOAL_LIMITS`).
+
+    Each repetition's container value is set against the same repetition's native value (they ran side by side:
+    :meth:`hvdflow.config.benchmark.BenchmarkSpec.repetition`), so a load on a shared machine that slowed one
+    repetition of both cancels out; the goal's ratio is the mean of those paired ratios, with its 95 % interval.
     Empty without native and a udocker runtime."""
-    by_key = {row.key: row for row in rows}
+    by_rep = _by_repetition(results)
     found: list[Goal] = []
-    for runtime in sorted({row.runtime for row in rows if row.runtime != "native"}):
-        pairs = [(row, by_key.get((row.kind, row.ranks, row.nodes, "native", row.metric, row.size_bytes)))
-                 for row in rows if row.runtime == runtime]
+    for runtime in sorted({key[3] for key in by_rep if key[3] != "native"}):
         per_sample, first_step, start, allreduce = GOAL_LIMITS.get(runtime, DEFAULT_GOAL_LIMITS)
         specs = ((f"training time per sample, {runtime}/native", "samples_per_second", per_sample, True, True),
                  (f"time to the first step, {runtime}/native", "seconds_to_first_step", first_step, True, False),
@@ -174,16 +222,18 @@ def goals(rows: list[Row]) -> list[Goal]:
                  (f"allreduce bus bandwidth, {runtime}/native", "bus_bandwidth_bytes_per_second", allreduce, False,
                   False))
         for name, metric, limit, at_most, inverse in specs:
-            ratios = []
-            for container, native in pairs:
-                if container.metric == metric and native is not None and container.mean > 0 and native.mean > 0:
-                    ratio = native.mean / container.mean if inverse else container.mean / native.mean
-                    size = f", {container.size_bytes // 1024} KiB" if container.size_bytes else ""
-                    ratios.append((ratio, f"{container.kind}, {container.ranks} rank(s) on {container.nodes} node(s)"
-                                          f"{size}"))
-            if ratios:
-                ratio, where = max(ratios) if at_most else min(ratios)
-                found.append(Goal(name, ratio, limit, at_most, where))
+            candidates = []
+            for (kind, ranks, nodes, key_runtime, key_metric, size), container in sorted(by_rep.items()):
+                native = by_rep.get((kind, ranks, nodes, "native", metric, size), {})
+                reps = [rep for rep in sorted(container) if rep in native and container[rep] > 0 and native[rep] > 0]
+                if key_runtime != runtime or key_metric != metric or not reps:
+                    continue
+                ratios = [native[r] / container[r] if inverse else container[r] / native[r] for r in reps]
+                where = f"{kind}, {ranks} rank(s) on {nodes} node(s)" + (f", {size // 1024} KiB" if size else "")
+                candidates.append((*mean_interval(ratios), len(ratios), where))
+            if candidates:
+                ratio, low, high, n, where = (max if at_most else min)(candidates, key=lambda c: c[0])
+                found.append(Goal(name, ratio, limit, at_most, where, low, high, n))
     return found
 
 
@@ -206,13 +256,13 @@ def summarize(measurements: list[Path], table_csv: Path, summary_json: Path) -> 
     """Write the table and the summary (rows, goals, allreduce/TCP) from the measurement files; the summary's lines."""
     results = [json.loads(p.read_text()) for p in measurements]
     rows = table_rows(results)
-    found = goals(rows)
+    found = goals(results)
     lines = [goal.line() for goal in found] + allreduce_against_tcp(rows)
     fields = ["kind", "ranks", "nodes", "runtime", "metric", "size_bytes", "mean", "ci95", "n"]
     with_header = [",".join(fields)] + [",".join(str(getattr(r, f)) for f in fields) for r in rows]
     write_text_atomic(table_csv, "\n".join(with_header) + "\n")
     write_json_atomic(summary_json, {"rows": [asdict(r) for r in rows], "lines": lines,
-                                     "goals": [{**asdict(g), "met": g.met} for g in found]})
+                                     "goals": [{**asdict(g), "verdict": g.verdict} for g in found]})
     return lines
 
 
