@@ -15,6 +15,9 @@ from pathlib import Path
 
 from hvdflow.errors import HvdflowError
 
+RANKS_TMPDIR = "give the ranks a TMPDIR"
+"""What the ranks' private ``TMPDIR`` is for, as a refusal to use it names it (local and Slurm launches alike)."""
+
 
 class UnsafePlace(HvdflowError):
     """A path in a shared place is a link, belongs to another user, or is writable by others: hvdflow will not use it."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from hvdflow.errors import LaunchError
-from hvdflow.files.private import UnsafePlace, private_dir, remove_own
+from hvdflow.files.private import RANKS_TMPDIR, UnsafePlace, private_dir, remove_own
 from hvdflow.launch.cpus import CpuPlan, cpu_list
 from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
 from hvdflow.launch.rendezvous import start_rendezvous_server
@@ -35,7 +35,7 @@ def ranks_tmpdir(logs: Path) -> Iterator[dict[str, str]]:
     logs.mkdir(parents=True, exist_ok=True)
     remove_own(tmp)
     try:
-        private_dir(tmp, "give the ranks a TMPDIR")
+        private_dir(tmp, RANKS_TMPDIR)
     except UnsafePlace as exc:
         raise LaunchError(str(exc)) from None
     try:

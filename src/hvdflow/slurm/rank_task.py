@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Mapping
 
 from hvdflow.errors import HvdflowError, LaunchError
-from hvdflow.files.private import check_private
+from hvdflow.files.private import RANKS_TMPDIR, check_private
 from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
@@ -89,7 +89,7 @@ def rank_environment(task: TaskFile, env: Mapping[str, str]) -> tuple[int, dict[
 def check_private_tmp(tmpdir: Path) -> Path:
     """``tmpdir`` if it is the user's private folder, as the staging step made it on this node; UnsafePlace naming
     what is there instead, LaunchError where nothing is."""
-    if check_private(tmpdir, "give the ranks a TMPDIR"):
+    if check_private(tmpdir, RANKS_TMPDIR):
         return tmpdir
     raise LaunchError(f"the ranks' TMPDIR {tmpdir} is not on {os.uname().nodename}: the job's staging step makes it")
 

@@ -32,7 +32,7 @@ from typing import Optional
 from hvdflow import code_location
 from hvdflow.errors import LaunchError
 from hvdflow.files.heartbeat import elapsed_text, heartbeat, size_text
-from hvdflow.files.private import UnsafePlace, check_private, private_dir, remove_own
+from hvdflow.files.private import RANKS_TMPDIR, UnsafePlace, check_private, private_dir, remove_own
 from hvdflow_index import DatasetError, read_index, verified_shards
 from hvdflow_wire import WireError
 from hvdflow_wire.staging import StagingReport
@@ -71,7 +71,7 @@ def private_job_dir(job_dir: Path) -> Path:
     try:
         private_dir(job_dir.parent, "stage")
         private_dir(job_dir, "stage")
-        private_dir(ranks_tmp(job_dir), "give the ranks a TMPDIR")
+        private_dir(ranks_tmp(job_dir), RANKS_TMPDIR)
         return job_dir
     except OSError as exc:
         raise LaunchError(f"node-local scratch {job_dir.parent.parent} on {os.uname().nodename} is not writable: "
