@@ -19,7 +19,7 @@ from conftest import REPO, HpcUser, Registry, _chown_tree
 from helpers import build_tiny_layout, derived_layout
 from hvdflow.config.benchmark import runtime_kind
 from hvdflow.images.build.image import BuiltImage, push_image
-from hvdflow.launch.supervise import group_members
+from hvdflow.launch.supervise import group_members, parent_of
 from hvdflow.testbed.registry_server import start_registry
 from pipeline_run import (
     PNG,
@@ -530,13 +530,14 @@ def test_ctrl_c_checkpoints_the_ranks_and_the_next_call_resumes_to_the_same_weig
     assert pipeline.processes() == []
 
 
-def test_a_hang_up_or_a_sigterm_to_snakemakes_process_group_checkpoints_the_ranks_and_leaves_nothing(
+def test_a_hang_up_a_sigterm_to_the_group_or_snakemake_killed_alone_checkpoints_the_ranks_and_leaves_nothing(
         demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     # a closed terminal or ssh session hangs up Snakemake's process group; `timeout` and `kill -TERM -PGID` send it
-    # SIGTERM. Both used to leave the ranks training unwatched (and, on a hang-up, the rendezvous server for good)
+    # SIGTERM. Both used to leave the ranks training unwatched (and, on a hang-up, the rendezvous server for good); so
+    # did a Snakemake killed on its own (SIGKILL, the OOM killer), whose job then wrote outputs nobody watched
     pipeline = Pipeline(hpc_user, registry, udocker_dir, prepared=demo)
     started = time.time()
-    for sent, epoch in ((signal.SIGHUP, 2), (signal.SIGTERM, 5)):
+    for sent, epoch, to_group in ((signal.SIGHUP, 2, True), (signal.SIGTERM, 5, True), (signal.SIGKILL, 7, False)):
         # as in a terminal: SIGHUP's default action (a suite started under nohup would have Snakemake ignore it)
         running = pipeline.start_snakemake(wrapper=("env", "--default-signal=HUP"))
         log = pipeline.root / "logs/train/demo/rank-0.log"
@@ -544,15 +545,16 @@ def test_a_hang_up_or_a_sigterm_to_snakemakes_process_group_checkpoints_the_rank
         while f"hvdflow: epoch {epoch}/10" not in (log.read_text() if log.exists() else ""):
             assert running.poll() is None and time.monotonic() < deadline, Pipeline.finish(running).stderr[-5000:]
             time.sleep(0.05)
-        # every process of the group but the test's runuser, which would SIGKILL Snakemake 2 s after a SIGTERM
+        # every process of the group but the test's runuser, which would SIGKILL Snakemake 2 s after a SIGTERM; or
+        # Snakemake alone, runuser's child
         for pid in group_members(running.pid):
-            if pid != running.pid:
+            if pid != running.pid and (to_group or parent_of(pid) == running.pid):
                 os.kill(pid, sent)
         stopped = Pipeline.finish(running, timeout=300)  # its output ends when the job's own Snakemake has exited
         output = stopped.stdout + stopped.stderr
         assert stopped.returncode != 0
         assert "stopped on a signal after a checkpoint (exit status 75)" in output, output[-5000:]
-        if sent == signal.SIGTERM:  # Snakemake's handler would have finished the job: hvdflow saw it was given up
+        if sent != signal.SIGHUP:  # Snakemake's handler would have finished the job: hvdflow saw it was given up
             assert "sent them because the Snakemake that started this job had gone" in output, output[-5000:]
         assert pipeline.processes_left() == [], f"a rank or the rendezvous server outlived {sent.name}"
         for name in ("model", "metrics.json", "run.json", "history.csv"):
@@ -560,13 +562,17 @@ def test_a_hang_up_or_a_sigterm_to_snakemakes_process_group_checkpoints_the_rank
         manifest = pipeline.json("results/demo/checkpoints/manifest.json")
         assert manifest["checkpoints"][-1]["reason"] == "signal SIGTERM" and not manifest["finished"], manifest
         assert "on signal SIGTERM; exiting with status 75" in (pipeline.root / "logs/train/demo/rank-1.log").read_text()
-        assert not list((pipeline.root / ".snakemake/locks").glob("*")), "Snakemake's lock outlived the run"
+        locks = list((pipeline.root / ".snakemake/locks").glob("*"))
+        if to_group:
+            assert not locks, "Snakemake's lock outlived the run"
+        else:  # a killed Snakemake cannot unlock: its lock stays until `--unlock`, as Snakemake defines it
+            assert locks and pipeline.snakemake("--unlock").returncode == 0
     assert tmp_leftovers(hpc_user.uid, started) == []
     resumed = pipeline.snakemake()
     assert resumed.returncode == 0, resumed.stderr[-5000:]
     record = pipeline.json("results/demo/run.json")
     assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
-    assert [a["outcome"] for a in record["attempts"]] == ["stopped on a signal after a checkpoint"] * 2 + ["completed"]
+    assert [a["outcome"] for a in record["attempts"]] == ["stopped on a signal after a checkpoint"] * 3 + ["completed"]
     assert pipeline.processes() == []
 
 

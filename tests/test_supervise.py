@@ -208,6 +208,40 @@ def test_a_spawned_job_whose_snakemake_gave_it_up_stops_its_ranks_at_a_checkpoin
     assert all("got SIGTERM" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
 
 
+# Snakemake as it spawns a job: this Python running the job's command line through a shell, which waits for it
+SNAKEMAKE_STAND_IN = "import subprocess, sys; subprocess.run(sys.argv[1:])"
+RANK_ENDING_ON_ITS_OWN = "print('ready', flush=True); import time; time.sleep(4)"
+
+
+@pytest.mark.parametrize("killed", ["snakemake", "snakemakes-parent"])
+def test_a_spawned_job_stops_its_ranks_when_its_snakemake_is_killed_alone_but_not_when_snakemake_is_adopted(
+        tmp_path: Path, killed: str) -> None:
+    job_log = tmp_path / "job.log"
+    rank_code = RANK_STOPPING_ON_SIGINT if killed == "snakemake" else RANK_ENDING_ON_ITS_OWN
+    job = ["sh", "-c", '"$0" -c "$1" "$2" "$3" > "$4" 2>&1; echo the shell waited', sys.executable, SPAWNED_JOB,
+           str(tmp_path), rank_code, str(job_log)]
+    # snakemakes-parent: a shell that started Snakemake in the background and ended (a terminal closed under nohup)
+    outer = subprocess.Popen(["sh", "-c", '"$@" & echo $! > "$0.pid"; wait', str(tmp_path / "snakemake"),
+                              sys.executable, "-c", SNAKEMAKE_STAND_IN, *job],
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")},
+                             start_new_session=True)
+    _wait_ready(tmp_path, 2)
+    snakemake = int((tmp_path / "snakemake.pid").read_text())
+    os.kill(snakemake if killed == "snakemake" else outer.pid, signal.SIGKILL)
+    outer.wait(10)
+    deadline = time.monotonic() + 30
+    while processes_naming(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_naming(tmp_path) == [], "the job or a rank outlived its Snakemake"
+    output = job_log.read_text()
+    if killed == "snakemake":
+        assert "RunStopped: rank 0, rank 1 stopped on a signal after a checkpoint (exit status 75), sent them because " \
+            "the Snakemake that started this job had gone (killed" in output, output
+        assert all("got SIGTERM" in (tmp_path / f"rank-{r}.log").read_text() for r in range(2))
+    else:  # the adopted Snakemake still watched its job: it trained to its end
+        assert output.strip() == "the training went on to its end", output
+
+
 @pytest.mark.parametrize("code, text", [(3, "exit code 3"), (-9, "exit code -9 (SIGKILL)"),
                                         (137, "exit code 137 (SIGKILL)"), (139, "exit code 139 (SIGSEGV)"),
                                         (128, "exit code 128"), (255, "exit code 255")])

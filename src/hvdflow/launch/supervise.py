@@ -68,6 +68,9 @@ class _StopRequests:
     relayed: signal.Signals = signal.SIGINT
     parent: Optional[int] = None
     """The parent of a job Snakemake spawned (its shell): when it is gone, Snakemake has given the job up."""
+    snakemake: Optional[int] = None
+    """The Snakemake that spawned the job, the parent of that shell: when the shell is no longer its child (it was
+    killed on its own, SIGKILL or the kernel's OOM killer), Snakemake has gone too."""
 
 
 RELAYED = {signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
@@ -91,13 +94,18 @@ def watch_stop_signals(spawned_job: bool) -> None:
     SIGTERM is Snakemake's own: its scheduler finishes the running jobs first. Sent to Snakemake's whole process
     group (``kill -TERM -PGID``, ``timeout``), it also ends the shell between Snakemake and each job it spawned for a
     rule with a ``run:`` body, and Snakemake then reports the job failed and exits while the job's process, whose
-    handler is Snakemake's too, would train on and write its outputs unwatched. So such a job notes its parent here,
-    and :func:`supervise` stops its ranks (SIGTERM: checkpoint and stop) when that parent is gone.
+    handler is Snakemake's too, would train on and write its outputs unwatched. A Snakemake killed on its own
+    (SIGKILL, the OOM killer) leaves that shell waiting for the job, adopted by another process. So such a job notes
+    its parent, and the shell's parent where its parent is a shell (not this Python), and :func:`supervise` stops
+    its ranks (SIGTERM: checkpoint and stop) when either is gone. (A Snakemake that is itself adopted, its terminal
+    closed under ``nohup``, still watches its jobs: its own parent is not watched.)
     """
     if threading.current_thread() is not threading.main_thread():
         return
     if spawned_job:
         _StopRequests.parent = os.getppid()
+        if not _runs_this_python(_StopRequests.parent):
+            _StopRequests.snakemake = parent_of(_StopRequests.parent)
     for signum in RELAYED:
         _count_signal(signum)
 
@@ -122,7 +130,25 @@ def _count_signal(signum: signal.Signals) -> None:
     signal.signal(signum, on_signal)
 
 
-ABANDONED = "the Snakemake that started this job had gone (a signal to its process group ended it)"
+def _runs_this_python(pid: int) -> bool:
+    """Whether process ``pid`` runs the interpreter this process runs (Snakemake, not a shell between)."""
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(sys.executable)
+    except OSError:
+        return False
+
+
+def _abandoned() -> bool:
+    """Whether the Snakemake that spawned this job has gone (:func:`watch_stop_signals` noted whom to watch)."""
+    parent = _StopRequests.parent
+    if parent is None:
+        return False
+    return os.getppid() != parent or (_StopRequests.snakemake is not None
+                                      and parent_of(parent) != _StopRequests.snakemake)
+
+
+ABANDONED = ("the Snakemake that started this job had gone (killed, or a signal to its process group ended the shell "
+             "between them)")
 
 
 class StopRelay:
@@ -142,7 +168,7 @@ class StopRelay:
         now = time.monotonic()
         if _StopRequests.count > self.seen:
             self.seen, self.signal = _StopRequests.count, _StopRequests.relayed
-        elif self.signal is None and _StopRequests.parent is not None and os.getppid() != _StopRequests.parent:
+        elif self.signal is None and _abandoned():
             self.signal, self.why = signal.SIGTERM, ABANDONED
         elif self.signal is None or now - self.sent <= INTERRUPT_RESEND:
             return None
@@ -199,15 +225,27 @@ def _reap_and_check(p: Supervised) -> bool:
     return bool(group_members(p.proc.pid))
 
 
+def _stat_fields(stat: Path) -> Optional[list[str]]:
+    """The fields of a /proc/PID/stat after the command's name (state, parent, process group, ...); None where the
+    process has gone."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def parent_of(pid: int) -> Optional[int]:
+    """The parent of live process ``pid``; None where it has gone (or is a zombie)."""
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return None if fields is None or fields[0] in ("Z", "X") else int(fields[1])
+
+
 def group_members(pgid: int) -> list[int]:
     """The live (not zombie) processes of process group ``pgid``, from /proc."""
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+        fields = _stat_fields(stat)
+        if fields is not None and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
             members.append(int(stat.parent.name))
     return members
 
