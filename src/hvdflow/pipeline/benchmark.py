@@ -224,9 +224,11 @@ def goals(results: Iterable[dict[str, Any]]) -> list[Goal]:
         for name, metric, limit, at_most, inverse in specs:
             candidates = []
             for (kind, ranks, nodes, key_runtime, key_metric, size), container in sorted(by_rep.items()):
+                if (key_runtime, key_metric) != (runtime, metric):
+                    continue
                 native = by_rep.get((kind, ranks, nodes, "native", metric, size), {})
                 reps = [rep for rep in sorted(container) if rep in native and container[rep] > 0 and native[rep] > 0]
-                if key_runtime != runtime or key_metric != metric or not reps:
+                if not reps:
                     continue
                 ratios = [native[r] / container[r] if inverse else container[r] / native[r] for r in reps]
                 where = f"{kind}, {ranks} rank(s) on {nodes} node(s)" + (f", {size // 1024} KiB" if size else "")
