@@ -18,8 +18,8 @@ from conftest import REPO
 SRC = REPO / "src"
 FRAMEWORKS = ("tensorflow", "horovod", "keras")
 # the host's floors, bottom up: a module may import its own floor and the floors below
-FLOORS = {"errors": 0, "files": 0, "images": 1, "config": 2, "launch": 3, "slurm": 4, "pipeline": 5, "rerun": 6,
-          "doctor": 6, "cli": 7, "__main__": 7, "__init__": 0}
+FLOORS = {"errors": 0, "code_location": 0, "files": 0, "images": 1, "config": 2, "launch": 3, "slurm": 4,
+          "pipeline": 5, "rerun": 6, "doctor": 6, "cli": 7, "__main__": 7, "__init__": 0}
 TESTBED_MAY_IMPORT = {"errors", "files", "testbed"}
 
 
@@ -71,6 +71,16 @@ def test_importing_every_host_module_loads_no_framework_and_no_trainer() -> None
             "for name in names: importlib.import_module(name)\n"
             "import hvdflow_index, hvdflow_runstate, hvdflow_wire")
     assert _fresh_import(code) == []
+
+
+def test_a_ranks_mode_chooser_imports_no_module_it_can_start_without() -> None:
+    # every R1 or auto rank starts python -S -m hvdflow.images.execmode_choice before its udocker: these modules
+    # cost it 20 ms (measured 2026-11-28); the chooser must not bring them back
+    costly = ("dataclasses", "pathlib", "shutil", "subprocess", "platform", "typing", "inspect")
+    proc = subprocess.run([sys.executable, "-S", "-c", "import sys, hvdflow.images.execmode_choice; "
+                           f"print(' '.join(m for m in {costly!r} if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(SRC)})
+    assert (proc.returncode, proc.stdout.split()) == (0, []), proc.stderr
 
 
 @pytest.mark.parametrize("package", SHARED)

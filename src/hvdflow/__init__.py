@@ -30,21 +30,4 @@ it resumes a run: :mod:`hvdflow.pipeline.resume`) and ``hvdflow_wire`` (every fi
 rank task's file, the rank result, an elastic run's files).
 """
 
-import os
-from pathlib import Path
-from typing import Dict, Mapping
-
 __version__ = "0.1.0"
-
-
-def code_location() -> Path:
-    """The folder this hvdflow package was imported from (a checkout's ``src/`` or a site-packages)."""
-    return Path(__file__).resolve().parent.parent
-
-
-def with_this_hvdflow(env: Mapping[str, str]) -> Dict[str, str]:
-    """``env`` with this hvdflow (:func:`code_location`) first on PYTHONPATH, so that a ``python -m hvdflow...`` it
-    starts imports the very code the caller imported, never a pip-installed or older copy."""
-    root = str(code_location())
-    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
-    return {**env, "PYTHONPATH": os.pathsep.join([root, *rest])}

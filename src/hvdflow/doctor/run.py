@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from hvdflow import with_this_hvdflow
+from hvdflow.code_location import with_this_hvdflow
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.doctor import host, slurm_checks
 from hvdflow.doctor.findings import FAILURE, Finding, failure, ok, warning

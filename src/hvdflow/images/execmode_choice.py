@@ -17,7 +17,7 @@ import json
 import os
 import signal
 import sys
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 from hvdflow.errors import UdockerError
 from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, RUNC_MODES
@@ -30,7 +30,7 @@ REFUSED = 2
 """The exit status of a rank whose explicit runc mode cannot run on its node."""
 
 
-def choose(runs: Mapping[str, Sequence[str]], probe: Optional[RuncProbe], no_runc: Optional[str] = None
+def choose(runs: Mapping[str, Sequence[str]], probe: RuncProbe | None, no_runc: str | None = None
            ) -> tuple[str, str]:
     """The mode of ``runs`` to run on the probed node, and a line for the rank's log saying why; UdockerError naming
     the node and the cause where the only mode offered is a runc mode that cannot run there. ``no_runc`` says why
@@ -48,7 +48,7 @@ def choose(runs: Mapping[str, Sequence[str]], probe: Optional[RuncProbe], no_run
     return AUTO_FALLBACK_MODE, f"execmode {AUTO_MODE} chose {AUTO_FALLBACK_MODE} on {probe.node}: {cause}"
 
 
-def chooser_argv(runs: Mapping[str, Sequence[str]], no_runc: Optional[str] = None) -> list[str]:
+def chooser_argv(runs: Mapping[str, Sequence[str]], no_runc: str | None = None) -> list[str]:
     """The command line that runs one of ``runs`` (mode → command line), chosen on the node it starts on; ``no_runc``
     says why ``auto`` offers P1's alone. Python without its site packages (``-S``): the chooser needs the standard
     library and this hvdflow (on PYTHONPATH) only, and starts in about 25 ms instead of 50."""

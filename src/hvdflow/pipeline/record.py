@@ -23,7 +23,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from hvdflow import __version__, code_location
+from hvdflow import __version__
+from hvdflow.code_location import code_location
 from hvdflow.config.datasets import USER_READER, source_name
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel, code_files, tree_sha256

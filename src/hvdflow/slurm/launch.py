@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
-from hvdflow import with_this_hvdflow
+from hvdflow.code_location import with_this_hvdflow
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.elastic import launch_elastic

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from hvdflow import code_location
+from hvdflow.code_location import code_location
 from hvdflow.errors import LaunchError
 from hvdflow.files.heartbeat import elapsed_text, heartbeat, size_text
 from hvdflow.files.private import RANKS_TMPDIR, UnsafePlace, check_private, private_dir, remove_own

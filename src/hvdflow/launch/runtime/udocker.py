@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from hvdflow import with_this_hvdflow
+from hvdflow.code_location import with_this_hvdflow
 from hvdflow.errors import UdockerError
 from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
