@@ -15,11 +15,14 @@ import pytest
 
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.supervise import (
+    ABANDONED,
+    StopRelay,
     by_signal,
     exit_text,
     group_members,
     start,
     stop,
+    stopped_error,
     supervise,
     watch_stop_signals,
 )
@@ -248,3 +251,15 @@ def test_a_spawned_job_stops_its_ranks_when_its_snakemake_is_killed_alone_but_no
 def test_an_exit_status_names_the_signal_it_means(code: int, text: str) -> None:
     assert exit_text(code) == text
     assert by_signal(code) == ("SIG" in text)
+
+
+def test_a_stopped_run_says_why_its_ranks_were_asked_to_stop_where_no_signal_reached_the_launcher() -> None:
+    # the fixed and the elastic launchers both raise this error (supervise, elastic.finish)
+    relay = StopRelay(0)
+    assert str(stopped_error("the elastic run's ranks", relay, "Logs: /l")) == (
+        "the elastic run's ranks stopped on a signal after a checkpoint (exit status 75); starting the job again "
+        "resumes the run. Logs: /l")
+    relay.why = ABANDONED
+    assert str(stopped_error("rank 0", relay, "Log: /l/rank-0.log")) == (
+        f"rank 0 stopped on a signal after a checkpoint (exit status 75), sent them because {ABANDONED}; starting the "
+        "job again resumes the run. Log: /l/rank-0.log")

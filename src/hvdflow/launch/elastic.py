@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from hvdflow.errors import LaunchError, RunStopped
+from hvdflow.errors import LaunchError
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import (
     ProgressFollower,
@@ -36,6 +36,7 @@ from hvdflow.launch.supervise import (
     signal_group,
     start,
     stop,
+    stopped_error,
 )
 from hvdflow_runstate import STOPPED_EXIT
 from hvdflow_wire.elastic import (
@@ -252,7 +253,7 @@ def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], l
             time.sleep(0.2)
     finally:
         stop([w.process for w in running.values()] + [driver])
-    return finish(run, channel, driver)
+    return finish(run, channel, driver, relay)
 
 
 def finished_training(worker: _Worker, out_dir: Path) -> bool:
@@ -263,12 +264,11 @@ def finished_training(worker: _Worker, out_dir: Path) -> bool:
     return False
 
 
-def finish(run: ElasticRun, channel: _Channel, driver: Supervised) -> list[Event]:
+def finish(run: ElasticRun, channel: _Channel, driver: Supervised, relay: StopRelay) -> list[Event]:
     """The run's events if the driver says the last workers succeeded; RunStopped or LaunchError otherwise."""
     exits = [e.facts for e in run.events if e.event == "exit"]
     if any(e["code"] == STOPPED_EXIT for e in exits):
-        raise RunStopped(f"the elastic run's ranks stopped on a signal after a checkpoint (exit status {STOPPED_EXIT}); "
-                         f"starting the job again resumes the run. Logs: {run.logs}")
+        raise stopped_error("the elastic run's ranks", relay, f"Logs: {run.logs}")
     result = channel.result()
     if result is None or not result.ok:
         failed = [e for e in exits if e["code"] != 0]

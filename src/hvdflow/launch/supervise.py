@@ -176,6 +176,14 @@ class StopRelay:
         return self.signal
 
 
+def stopped_error(who: str, relay: StopRelay, where: str) -> RunStopped:
+    """The error of a run whose ranks (``who``) stopped after a checkpoint: why they were asked to where no signal
+    reached this process (``relay.why``), that starting the job again resumes it, and ``where`` its logs are."""
+    because = "" if relay.why is None else f", sent them because {relay.why}"
+    return RunStopped(f"{who} stopped on a signal after a checkpoint (exit status {STOPPED_EXIT}){because}; "
+                      f"starting the job again resumes the run. {where}")
+
+
 def start(label: str, argv: Sequence[str], log: Path, env: Mapping[str, str], rank: bool = False,
           cores: Optional[Sequence[int]] = None) -> Supervised:
     """Start ``argv`` in a new session with its output in ``log``; a ``rank`` with :func:`ignore_stop_signals`;
@@ -364,10 +372,7 @@ def supervise(processes: Sequence[Supervised], timeout: Optional[float] = None,
                 raise LaunchError(f"{names} still running {what}; stopped. Logs: " + ", ".join(str(p.log) for p in pending))
             time.sleep(0.2)
         if stopped:
-            because = "" if relay.why is None else f", sent them because {relay.why}"
-            raise RunStopped(f"{', '.join(p.label for p in stopped)} stopped on a signal after a checkpoint "
-                             f"(exit status {STOPPED_EXIT}){because}; starting the job again resumes the run. "
-                             f"Log: {stopped[0].log}")
+            raise stopped_error(", ".join(p.label for p in stopped), relay, f"Log: {stopped[0].log}")
     finally:
         stop(processes)
 
