@@ -7,8 +7,9 @@ For a GPU node without Slurm whose Python has PyTorch built for CUDA, NumPy, PyY
 
 The kit holds what the node may lack: udocker 1.3.17 and Horovod 0.28.1's Python sources (its rendezvous server,
 which hvdflow's launcher starts) under ``KIT/site``, the static proot of hvdflow's images (``KIT/proot``) and runc
-(``KIT/runc``). The container is made here with ``udocker import``: a root holding hvdflow's proot, this node's
-loader cache and name-service files, and mount points, run with the node's ``/usr`` and the Python's prefix bound.
+(``KIT/runc``). ``KIT/horovod``, where ``scripts/gpu-horovod.sh`` built Horovod with NCCL for the node's torch, comes
+first on every way's path. The container is made here with ``udocker import``: a root holding hvdflow's proot, this
+node's loader cache and name-service files, and mount points, run with the node's ``/usr`` and the Python's prefix bound.
 So the software is the node's own, the same as natively: what differs between the ways is only the engine (proot
 under P1, rootless runc under R1), which is what a GPU rank pays for the container. (hvdflow's GPU images cannot
 travel to the machines this project is lent: see docs/measurements.md.)
@@ -17,8 +18,10 @@ Each way (``native``, ``udocker-P1``, ``udocker-R1``) is checked and measured:
 
 1. ``gpus``: one process per GPU with ``CUDA_VISIBLE_DEVICES`` set to that GPU, as Slurm's ``--gres`` sets it, sees
    exactly one device, and each sees its own (the UUIDs differ).
-2. ``digits``: hvdflow's trainer (``framework: pytorch``, ``distributed: ddp``: NCCL on the GPU), started by hvdflow's
-   own launcher with one rank per GPU, trains the demo's MLP on the demo's digits; the weights must equal native's.
+2. ``digits``: hvdflow's trainer (``framework: pytorch``, ``distributed`` as ``--distributed`` says: ``ddp``, PyTorch's
+   DistributedDataParallel over NCCL, or ``horovod``, Horovod's DistributedOptimizer, whose GPU allreduce must be
+   NCCL's: Horovod's timeline of the run is read for it), started by hvdflow's own launcher with one rank per GPU,
+   trains the demo's MLP on the demo's digits; the weights must equal native's.
 3. ``resnet50``: ResNet-50 training steps on synthetic batches (``benchmarks/gpu_engine.py``), images per second.
 4. ``signal``: the scheduler's warning (SIGUSR1) reaches the launcher mid-run while NCCL's communicators are up; the
    ranks must stop together with hvdflow's stop status (75), leave a checkpoint, and leave no process behind.
@@ -76,10 +79,13 @@ class NodeSoftware:
     inner: Any
     pythonpath: str
     binds: tuple[Path, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    """Variables every command gets (Horovod's timeline)."""
 
     def command(self, argv: Sequence[str], env: Any, paths: Sequence[Path], hostenv: bool = False) -> list[str]:
         """The inner runtime's command with the node's software bound and the kit's packages on the path."""
-        return self.inner.command(argv, {**env, "PYTHONPATH": self.pythonpath}, [*self.binds, *paths], hostenv)
+        return self.inner.command(argv, {**env, **dict(self.env), "PYTHONPATH": self.pythonpath},
+                                  [*self.binds, *paths], hostenv)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -116,8 +122,14 @@ def root_tarball(path: Path, proot: Path) -> Path:
     return path
 
 
-def udocker_runtimes(kit: Path, work: Path) -> dict[str, NodeSoftware]:
-    """P1's and R1's containers of the node's software (:func:`root_tarball`), made once in ``work``."""
+def kit_paths(kit: Path) -> list[str]:
+    """The kit's Python packages in the order ranks find them: a Horovod built here first, then the kit's own."""
+    return [str(p) for p in (kit / "horovod", kit / "site") if p.is_dir()]
+
+
+def udocker_runtimes(kit: Path, work: Path, env: tuple[tuple[str, str], ...]) -> dict[str, NodeSoftware]:
+    """P1's and R1's containers of the node's software (:func:`root_tarball`), made once in ``work``; every command
+    gets ``env``."""
     wrapper = work / "bin" / "udocker"
     wrapper.parent.mkdir(parents=True, exist_ok=True)
     wrapper.write_text(f"#!{sys.executable}\nfrom udocker.maincmd import main\nmain()\n")
@@ -128,9 +140,9 @@ def udocker_runtimes(kit: Path, work: Path) -> dict[str, NodeSoftware]:
     udocker.prepare()
     if udocker.call("inspect", IMAGE).returncode != 0:
         udocker.check("import", str(root_tarball(work / "root.tar", kit / "proot")), IMAGE, timeout=300)
-    env = [f"PATH={Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    image_env = [f"PATH={Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     if os.environ.get("LD_LIBRARY_PATH"):
-        env.append(f"LD_LIBRARY_PATH={os.environ['LD_LIBRARY_PATH']}")
+        image_env.append(f"LD_LIBRARY_PATH={os.environ['LD_LIBRARY_PATH']}")
     binds = tuple(dict.fromkeys(Path(p) for p in ("/usr", sys.prefix, os.path.realpath(sys.prefix), work, kit)))
     runtimes = {}
     for mode in ("P1", "R1"):
@@ -140,10 +152,10 @@ def udocker_runtimes(kit: Path, work: Path) -> dict[str, NodeSoftware]:
             udocker.check("create", f"--name={name}", IMAGE, timeout=300)
             udocker.check("setup", f"--execmode={mode}", name, timeout=300)
         meta = json.loads(container_json.read_text() or "{}")
-        meta.setdefault("config", {})["Env"] = env  # the node's Python first on PATH, its loader path
+        meta.setdefault("config", {})["Env"] = image_env  # the node's Python first on PATH, its loader path
         container_json.write_text(json.dumps(meta))
         runtimes[f"udocker-{mode}"] = NodeSoftware(UdockerRuntime(udocker, name, mode),
-                                                   f"{TRAINER_MOUNT}:{kit / 'site'}", binds)
+                                                   os.pathsep.join([TRAINER_MOUNT, *kit_paths(kit)]), binds, env)
     for runtime in runtimes.values():  # udocker setup --nvidia, as a pipeline's task does on a GPU node
         print(f"# {expose_gpus(runtime.gpu_setup())}", flush=True)
     return runtimes
@@ -171,16 +183,17 @@ def check_gpus(runtime: Any, gpus: int) -> dict[str, Any]:
     return {"ok": ok, "per_rank": seen}
 
 
-def train_spec(ranks: int, epochs: int) -> TrainSpec:
-    """The demo's MLP on the digits in PyTorch with DistributedDataParallel (NCCL on the GPU)."""
+def train_spec(ranks: int, epochs: int, distributed: str) -> TrainSpec:
+    """The demo's MLP on the digits in PyTorch with ``distributed`` (``ddp`` or ``horovod``: NCCL on the GPU)."""
     return TrainSpec(ranks=ranks, model="mlp", hidden_units=64, epochs=epochs, batch_size=32, learning_rate=0.01,
-                     momentum=0.9, warmup_epochs=1, seed=1234, framework="pytorch", distributed="ddp")
+                     momentum=0.9, warmup_epochs=1, seed=1234, framework="pytorch", distributed=distributed)
 
 
 def train_child(args: argparse.Namespace) -> int:
     """(The child process.) Train as ``args`` say in one way with hvdflow's launcher; 75 where the ranks stopped."""
-    runtimes = make_runtimes(args.kit, args.work, [args.way])
-    spec = train_spec(args.ranks, args.epochs)
+    env = (("HOROVOD_TIMELINE", args.timeline),) if args.timeline else ()
+    runtimes = make_runtimes(args.kit, args.work, [args.way], env)
+    spec = train_spec(args.ranks, args.epochs, args.distributed)
     out = Path(args.train_out)
     identity = identity_of(asdict(spec), NO_IMAGE, args.dataset / "index.json")
     try:
@@ -193,22 +206,29 @@ def train_child(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_runtimes(kit: Path, work: Path, ways: Sequence[str]) -> dict[str, Any]:
-    """The runtimes of ``ways``: the node's Python, and udocker's containers of the node's software."""
+def make_runtimes(kit: Path, work: Path, ways: Sequence[str], env: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The runtimes of ``ways``: the node's Python, and udocker's containers of the node's software; every command
+    gets ``env``."""
     roots = [str(package_dir(name).parent) for name in CONTAINER_PACKAGES]
     runtimes: dict[str, Any] = {"native": NodeSoftware(NativeRuntime(Path(sys.executable)),
-                                                       os.pathsep.join([*dict.fromkeys(roots), str(kit / "site")]))}
+                                                       os.pathsep.join([*dict.fromkeys(roots), *kit_paths(kit)]),
+                                                       env=env)}
     if any(way != "native" for way in ways):
-        runtimes.update(udocker_runtimes(kit, work))
+        runtimes.update(udocker_runtimes(kit, work, env))
     return runtimes
 
 
-def start_training(args: argparse.Namespace, way: str, epochs: int, out: Path) -> subprocess.Popen[str]:
-    """The child that trains in ``way`` (its own process group, as a batch step's launcher is)."""
+def start_training(args: argparse.Namespace, way: str, epochs: int, out: Path,
+                   timeline: Path | None = None) -> subprocess.Popen[str]:
+    """The child that trains in ``way`` (its own process group, as a batch step's launcher is), with Horovod's
+    timeline written to ``timeline`` where given."""
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, __file__, "--kit", str(args.kit), "--work", str(args.work), "--dataset", str(args.dataset),
-            "--child-train", way,
+            "--child-train", way, "--distributed", args.distributed,
             "--ranks", str(args.gpus), "--epochs", str(epochs), "--train-out", str(out)]
+    if timeline:
+        timeline.unlink(missing_ok=True)
+        argv += ["--timeline", str(timeline)]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -223,19 +243,27 @@ def finished(child: subprocess.Popen[str], timeout: float) -> str:
 
 
 def digits(args: argparse.Namespace, way: str) -> dict[str, Any]:
-    """Train the digits in ``way``; seconds, weights, accuracy, each rank's GPU."""
+    """Train the digits in ``way``; seconds, weights, accuracy, each rank's GPU; under Horovod, the NCCL allreduces
+    its timeline holds (none is a failure: the gradients were not reduced on the GPU)."""
     out = args.work / "runs" / f"{way}-digits"
+    timeline = args.work / "runs" / f"{way}-timeline.json" if args.distributed == "horovod" else None
     begun = time.monotonic()
-    child = start_training(args, way, args.epochs, out)
+    child = start_training(args, way, args.epochs, out, timeline)
     output = finished(child, 900)
     if child.returncode != 0:
         raise RuntimeError(f"exit {child.returncode}: {output[-3000:]}")
     result = json.loads((out / "check.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"seconds": time.monotonic() - begun, "weights_sha256": result["weights_sha256"],
-            "val_accuracy": metrics["final"]["val_accuracy"],
-            "rank_gpus": [r["machine"]["gpus"] for r in result["ranks"]],
-            "controller": result["ranks"][0]["controller"], "execmode": [r["execmode"] for r in result["ranks"]]}
+    found = {"seconds": time.monotonic() - begun, "weights_sha256": result["weights_sha256"],
+             "val_accuracy": metrics["final"]["val_accuracy"], "distributed": args.distributed,
+             "rank_gpus": [r["machine"]["gpus"] for r in result["ranks"]],
+             "controller": result["ranks"][0]["controller"], "execmode": [r["execmode"] for r in result["ranks"]]}
+    if timeline:
+        text = timeline.read_text(errors="replace") if timeline.exists() else ""
+        found["nccl_allreduces"] = text.count('"NCCL_ALLREDUCE"')
+        if not found["nccl_allreduces"]:
+            raise RuntimeError(f"Horovod's timeline {timeline} holds no NCCL_ALLREDUCE ({len(text)} bytes): {found}")
+    return found
 
 
 def resnet50(runtime: Any, steps: int) -> dict[str, Any]:
@@ -352,10 +380,14 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=5, help="the digits' epochs")
     parser.add_argument("--steps", type=int, default=40, help="ResNet-50's timed steps")
     parser.add_argument("--gpus", type=int, default=0, help="ranks, one per GPU (default: every GPU)")
+    parser.add_argument("--distributed", choices=("ddp", "horovod"), default="ddp",
+                        help="the trainer's data parallelism: DistributedDataParallel, or Horovod (built with NCCL by "
+                        "scripts/gpu-horovod.sh into KIT/horovod)")
     parser.add_argument("--out", type=Path, help="JSON file for every result")
     parser.add_argument("--child-train", dest="way", help=argparse.SUPPRESS)
     parser.add_argument("--ranks", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--train-out", help=argparse.SUPPRESS)
+    parser.add_argument("--timeline", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.kit, args.work = args.kit.resolve(), args.work.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -375,6 +407,10 @@ def main() -> int:
     if not args.gpus:
         print("gpu_check: PyTorch sees no GPU here (torch.cuda.device_count() is 0)", file=sys.stderr)
         return 2
+    if args.distributed == "horovod" and not (args.kit / "horovod").is_dir():
+        print(f"gpu_check: --distributed horovod needs Horovod built with NCCL in {args.kit / 'horovod'}: run "
+              f"bash scripts/gpu-horovod.sh {args.kit}", file=sys.stderr)
+        return 2
     ways = args.ways.split(",")
     prepare = {"dataset": str(args.dataset)}
     if not (args.dataset / "index.json").exists():
@@ -388,7 +424,8 @@ def main() -> int:
     print(text)
     if args.out:
         args.out.write_text(json.dumps({"prepare": prepare, "containers": containers, "results": results,
-                                        "device": torch.cuda.get_device_name(0), "torch": torch.__version__},
+                                        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                                        "distributed": args.distributed},
                                        indent=1) + "\n")
     for line in failed:
         print(f"FAILED {line}")

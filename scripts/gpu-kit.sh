@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Make the kit the GPU proof (scripts/gpu-check.sh, benchmarks/gpu_check.py) brings to a GPU node that may have no
-# network: udocker and Horovod's Python sources (the rendezvous server hvdflow's launcher starts) under KIT/site, the
-# static proot of hvdflow's images (KIT/proot, built or taken from ~/.cache/hvdflow) and Debian's runc (KIT/runc).
+# network: udocker and Horovod's Python sources (the rendezvous server hvdflow's launcher starts) under KIT/site,
+# Horovod's sdist (which scripts/gpu-horovod.sh builds there with NCCL for the node's torch), the static proot of
+# hvdflow's images (KIT/proot, built or taken from ~/.cache/hvdflow) and Debian's runc (KIT/runc).
 # KIT/dataset is a copy of the digits as hvdflow prepared them (DATASET; default: the demo's, which
 # `bash scripts/demo.sh` prepares), since preparing writes TFRecords with TensorFlow, which a GPU node's PyTorch lacks.
-# Run as root on a Debian 12 machine with PyPI (scripts/lib.sh installs the packages). About 13 MB.
+# Run as root on a Debian 12 machine with PyPI (scripts/lib.sh installs the packages). About 17 MB.
 #   bash scripts/gpu-kit.sh KIT [DATASET]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -24,6 +25,7 @@ tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
 echo "$HOROVOD_SDIST_SHA256  $tmp/horovod-0.28.1.tar.gz" | sha256sum -c --quiet
 tar -xzf "$tmp/horovod-0.28.1.tar.gz" -C "$tmp"
 (cd "$tmp/horovod-0.28.1" && find horovod -name '*.py' -print0 | xargs -0 cp --parents -t "$kit/site")
+cp "$tmp/horovod-0.28.1.tar.gz" "$kit/"  # what scripts/gpu-horovod.sh builds with NCCL on the GPU node
 PYTHONPATH=src "$venv/bin/python" - "$kit/proot" <<'PY'
 import shutil, sys
 from pathlib import Path
