@@ -19,9 +19,11 @@ Each way (``native``, ``udocker-P1``, ``udocker-R1``) is checked and measured:
 1. ``gpus``: one process per GPU with ``CUDA_VISIBLE_DEVICES`` set to that GPU, as Slurm's ``--gres`` sets it, sees
    exactly one device, and each sees its own (the UUIDs differ).
 2. ``digits``: hvdflow's trainer (``framework: pytorch``, ``distributed`` as ``--distributed`` says: ``ddp``, PyTorch's
-   DistributedDataParallel over NCCL, or ``horovod``, Horovod's DistributedOptimizer, whose GPU allreduce must be
-   NCCL's: Horovod's timeline of the run is read for it), started by hvdflow's own launcher with one rank per GPU,
-   trains the demo's MLP on the demo's digits; the weights must equal native's.
+   DistributedDataParallel over NCCL, or ``horovod``, Horovod's DistributedOptimizer, whose GPU collectives must be
+   NCCL's: the NCCL activities of Horovod's timeline of the run are counted, and none is a failure), started by
+   hvdflow's own launcher with one rank per GPU, trains the demo's MLP on the demo's digits; the weights must equal
+   native's. (With one GPU, Horovod's DistributedOptimizer reduces no gradient: it registers its allreduce hooks only
+   where there are 2 ranks or more; the parameters' broadcast is then the NCCL collective the run makes.)
 3. ``resnet50``: ResNet-50 training steps on synthetic batches (``benchmarks/gpu_engine.py``), images per second.
 4. ``signal``: the scheduler's warning (SIGUSR1) reaches the launcher mid-run while NCCL's communicators are up; the
    ranks must stop together with hvdflow's stop status (75), leave a checkpoint, and leave no process behind.
@@ -35,12 +37,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -259,11 +263,17 @@ def digits(args: argparse.Namespace, way: str) -> dict[str, Any]:
              "rank_gpus": [r["machine"]["gpus"] for r in result["ranks"]],
              "controller": result["ranks"][0]["controller"], "execmode": [r["execmode"] for r in result["ranks"]]}
     if timeline:
-        text = timeline.read_text(errors="replace") if timeline.exists() else ""
-        found["nccl_allreduces"] = text.count('"NCCL_ALLREDUCE"')
-        if not found["nccl_allreduces"]:
-            raise RuntimeError(f"Horovod's timeline {timeline} holds no NCCL_ALLREDUCE ({len(text)} bytes): {found}")
+        found["nccl_activities"] = nccl_activities(timeline)
+        if "INIT_NCCL" not in found["nccl_activities"] or len(found["nccl_activities"]) < 2:
+            raise RuntimeError(f"Horovod's timeline {timeline} shows no NCCL collective: {found}")
     return found
+
+
+def nccl_activities(timeline: Path) -> dict[str, int]:
+    """How often each of Horovod's NCCL activities (``INIT_NCCL``: a communicator made; ``NCCL_BCAST``,
+    ``NCCL_ALLREDUCE``, ...: a collective) appears in a run's timeline (HOROVOD_TIMELINE)."""
+    text = timeline.read_text(errors="replace") if timeline.exists() else ""
+    return dict(sorted(Counter(re.findall(r'"name": "([A-Z_]*NCCL[A-Z_]*)"', text)).items()))
 
 
 def resnet50(runtime: Any, steps: int) -> dict[str, Any]:

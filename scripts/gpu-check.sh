@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU proof (benchmarks/gpu_check.py) on a machine with NVIDIA GPUs and no Slurm: hvdflow's PyTorch trainer
-# (DDP over NCCL, one rank per GPU), ResNet-50 steps and the warning signal, natively and in udocker P1 and R1, with a
+# (DDP over NCCL, or with `--distributed horovod` Horovod's NCCL operations, which scripts/gpu-horovod.sh builds
+# into KIT/horovod; one rank per GPU), ResNet-50 steps and the warning signal, natively and in udocker P1 and R1, with a
 # table of the figures and ratios. KIT is what scripts/gpu-kit.sh made; the Python is $HVDFLOW_GPU_PYTHON (default:
 # the python3 on PATH), which must have PyTorch built for CUDA, NumPy, PyYAML, psutil and scikit-learn.
 # As root it runs the proof as the ordinary user $HVDFLOW_GPU_USER (default hvdflow-gpu, created if missing), from

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Make the kit the GPU proof (scripts/gpu-check.sh, benchmarks/gpu_check.py) brings to a GPU node that may have no
 # network: udocker and Horovod's Python sources (the rendezvous server hvdflow's launcher starts) under KIT/site,
-# Horovod's sdist (which scripts/gpu-horovod.sh builds there with NCCL for the node's torch), the static proot of
-# hvdflow's images (KIT/proot, built or taken from ~/.cache/hvdflow) and Debian's runc (KIT/runc).
+# Horovod's sdist and cffi's wheels (which scripts/gpu-horovod.sh builds there with NCCL for the node's torch), the
+# static proot of hvdflow's images (KIT/proot, built or taken from ~/.cache/hvdflow) and Debian's runc (KIT/runc).
 # KIT/dataset is a copy of the digits as hvdflow prepared them (DATASET; default: the demo's, which
 # `bash scripts/demo.sh` prepares), since preparing writes TFRecords with TensorFlow, which a GPU node's PyTorch lacks.
 # Run as root on a Debian 12 machine with PyPI (scripts/lib.sh installs the packages). About 17 MB.
@@ -26,6 +26,12 @@ echo "$HOROVOD_SDIST_SHA256  $tmp/horovod-0.28.1.tar.gz" | sha256sum -c --quiet
 tar -xzf "$tmp/horovod-0.28.1.tar.gz" -C "$tmp"
 (cd "$tmp/horovod-0.28.1" && find horovod -name '*.py' -print0 | xargs -0 cp --parents -t "$kit/site")
 cp "$tmp/horovod-0.28.1.tar.gz" "$kit/"  # what scripts/gpu-horovod.sh builds with NCCL on the GPU node
+# cffi, which Horovod's setup.py asks for when it builds for torch, for the node's Python (3.9 to 3.13), offline
+for version in 3.9 3.10 3.11 3.12 3.13; do
+  "$venv/bin/pip" download -q --no-deps --only-binary=:all: --python-version "$version" --implementation cp \
+    --platform manylinux2014_x86_64 -d "$kit/wheels" cffi==1.17.1
+done
+"$venv/bin/pip" download -q --no-deps --only-binary=:all: -d "$kit/wheels" pycparser==2.22
 PYTHONPATH=src "$venv/bin/python" - "$kit/proot" <<'PY'
 import shutil, sys
 from pathlib import Path
