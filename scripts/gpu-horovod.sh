@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build Horovod 0.28.1 with NCCL GPU operations for a GPU node's own PyTorch, offline, into KIT/horovod, where
 # benchmarks/gpu_check.py finds it before the kit's Python-only Horovod (`--distributed horovod` then trains with
-# Horovod's NCCL operations instead of DistributedDataParallel). Measured: 94 s on an H200 node (16 cores). KIT is what scripts/gpu-kit.sh made: it holds
-# Horovod's sdist, checked there against its SHA-256, and cffi's wheels.
+# Horovod's NCCL operations instead of DistributedDataParallel); 94 s on an H200 node with 16 cores. KIT is what
+# scripts/gpu-kit.sh made: it holds Horovod's sdist, checked there against its SHA-256, and cffi's wheels.
 # What the node must have: the Python of $HVDFLOW_GPU_PYTHON (default python3) with torch built for CUDA and NVIDIA's
 # NCCL wheel beside it (what PyPI's torch installs) or $HOROVOD_NCCL_HOME; nvcc ($CUDA_HOME/bin, PATH or
 # /usr/local/cuda/bin); CMake; a C++ compiler; make or ninja. Kernels are built for the GPUs of this node only
@@ -32,15 +32,17 @@ mkdir -p "$work/nccl/lib" && ln -s "$(readlink -f "$nccl_so")" "$work/nccl/lib/l
 tar -xzf "$sdist" -C "$work"
 src=$work/horovod-0.28.1
 # C++17 for torch >= 2.1's headers: the two lines of containers/hvdflow-torch-cpu/horovod-cxx17.patch (no `patch`)
-sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
-[ "$(cat "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt" | grep -c '^ *set(CMAKE_CXX_STANDARD 17)')" -eq 2 ] ||
+cmake_files=("$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt")
+sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "${cmake_files[@]}"
+[ "$(cat "${cmake_files[@]}" | grep -c '^ *set(CMAKE_CXX_STANDARD 17)')" -eq 2 ] ||
   { say "Horovod's CMake files are not the 0.28.1 this script knows (no C++14 lines to raise)"; exit 1; }
 cuda_major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 if [ "${cuda_major:-0}" -ge 13 ]; then  # C++17 kernels from CUDA 13 on (its CCCL needs 17; 11 was not tried)
   sed -i 's/set(CMAKE_CUDA_STANDARD 11)/set(CMAKE_CUDA_STANDARD 17)/' "$src/horovod/common/ops/cuda/CMakeLists.txt"
 fi
 if [ -z "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ] && command -v nvidia-smi >/dev/null; then
-  HOROVOD_BUILD_CUDA_CC_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d . | sort -u | paste -sd,)
+  HOROVOD_BUILD_CUDA_CC_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d . | sort -u |
+    paste -sd,)
 fi
 command -v make >/dev/null || export CMAKE_GENERATOR=Ninja
 # CMAKE_POLICY_VERSION_MINIMUM below: CMake 4 refuses the bundled gloo's cmake_minimum_required(2.8.12) without it.
