@@ -25,8 +25,8 @@ from hvdflow.config.benchmark import (
 from hvdflow.errors import ConfigError
 from hvdflow.pipeline import benchmark_plots
 from hvdflow.pipeline.benchmark import goals, mean_ci, read_rows, summarize, table_rows
-from hvdflow_trainer.benchmark import SHAPES, bus_bandwidth, iterations_for, long_enough_window, steps_for_window
 from hvdflow_trainer.keras import models
+from hvdflow_trainer.measurement import SHAPES, bus_bandwidth, iterations_for, long_enough_window, steps_for_window
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -14,9 +14,8 @@ from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
 from hvdflow.images.udocker import Udocker
 from hvdflow.launch.cpus import local_plan
-from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
-from hvdflow.launch.request import ElasticLaunch, LaunchRequest
+from hvdflow.launch.request import ElasticLaunch, ElasticSettings, LaunchRequest
 from hvdflow.launch.runtime.udocker import UdockerRuntime
 
 CLUSTER = SlurmCluster("/scratch", 0, "lo")
@@ -37,12 +36,15 @@ def test_each_request_goes_to_one_launcher(slurm: Optional[SlurmCluster], elasti
                                            launcher: str, chosen: str, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[str] = []
+    given: list[tuple[object, ...]] = []
     for name in LAUNCHER_FUNCTIONS:
-        monkeypatch.setattr(dispatch, name, lambda *args, _name=name, **kwargs: called.append(_name))
+        monkeypatch.setattr(dispatch, name, lambda *args, _name=name: (called.append(_name), given.append(args)))
     job = TrainingJob([], 2, 1, None, tmp_path / "out", tmp_path / "logs")
     runtime = UdockerRuntime(Udocker(tmp_path / "udocker", allow_root=True), "c1", "P1")
-    dispatch.launch(runtime, LaunchRequest(job, launcher, local_plan(2, "none"), elastic, slurm))
+    request = LaunchRequest(job, launcher, local_plan(2, "none"), elastic, slurm)
+    dispatch.launch(runtime, request)
     assert called == [chosen]
+    assert len(given[0]) == 2 and given[0][1] is request  # every launcher takes the request itself
     if launcher == "mpi":  # Open MPI's ranks cannot run in udocker's runc mode: named before anything starts
         called.clear()
         with pytest.raises(LaunchError, match="execmode R1 cannot run launcher mpi: ranks in runc's namespaces"):

@@ -7,7 +7,7 @@ import pytest
 from hvdflow.config import experiment as host
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.errors import LaunchError
-from hvdflow_trainer import neighbours, train
+from hvdflow_trainer import frameworks, neighbours
 from hvdflow_trainer.neighbours import allreduce_bytes_per_step, check_topology, neighbour_bytes_per_step, peers
 
 SPEC = {"ranks": 4, "model": "mlp", "hidden_units": 64, "epochs": 3, "batch_size": 32, "learning_rate": 0.01,
@@ -16,7 +16,9 @@ SPEC = {"ranks": 4, "model": "mlp", "hidden_units": 64, "epochs": 3, "batch_size
 
 def test_the_host_knows_the_trainers_topologies_frameworks_and_distributed_modes() -> None:
     assert host.TOPOLOGIES == neighbours.TOPOLOGIES
-    assert (host.FRAMEWORKS, host.DISTRIBUTED) == (train.FRAMEWORKS, train.DISTRIBUTED)
+    assert (host.FRAMEWORKS, host.DISTRIBUTED) == (tuple(frameworks.FRAMEWORKS), frameworks.DISTRIBUTED)
+    assert {name: f.distributed for name, f in frameworks.FRAMEWORKS.items()} == {"tensorflow": ("horovod",),
+                                                                               "pytorch": host.DISTRIBUTED}
     assert host.POWER_OF_TWO_TOPOLOGIES == neighbours.POWER_OF_TWO
 
 

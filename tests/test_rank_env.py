@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env, placements
+from hvdflow.launch.rank_env import horovod_gloo_env, placements
+from hvdflow_wire.placement import Placement
 
 
 def test_even_hosts() -> None:
@@ -20,7 +21,7 @@ def test_uneven_hosts_follow_horovods_cross_definition() -> None:
 
 
 def test_gloo_env() -> None:
-    env = horovod_gloo_env(RankPlacement(1, 2, 1, 2, 0, 1, "vm"), "127.0.0.1", 4242, "lo")
+    env = horovod_gloo_env(Placement(1, 2, 1, 2, 0, 1, "vm"), "127.0.0.1", 4242, "lo")
     assert env["HOROVOD_RANK"] == "1" and env["HOROVOD_SIZE"] == "2"
     assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "127.0.0.1" and env["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "4242"
     assert env["HOROVOD_CONTROLLER"] == env["HOROVOD_CPU_OPERATIONS"] == "gloo"
@@ -35,4 +36,4 @@ def test_hosts_without_tasks_are_refused(hosts: list[tuple[str, int]]) -> None:
 
 def test_rank_out_of_range() -> None:
     with pytest.raises(ValueError, match="rank 2 outside 0..1"):
-        RankPlacement(2, 2, 0, 1, 0, 1, "h")
+        Placement(2, 2, 0, 1, 0, 1, "h")

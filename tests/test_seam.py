@@ -133,3 +133,111 @@ def test_every_room_says_what_it_owns() -> None:
     for room in rooms:
         doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text()))
         assert doc and "import" in doc.lower(), f"{room}/__init__.py must say what the room owns and what it may import"
+
+
+TRAINER = SRC / "hvdflow_trainer"
+FRAMEWORK_FOLDERS = sorted(p.name for p in TRAINER.iterdir() if p.is_dir() and list(p.glob("*.py"))
+                           and p.name != "sources")
+"""The trainer's subpackages that are frameworks' folders (``sources`` holds the datasets' readers)."""
+
+
+def test_the_trainers_framework_folders_are_the_registrys() -> None:
+    """Each framework of the trainer's registry is a folder with the modules the entry points reach, and each folder
+    is a framework's."""
+    sys.path.insert(0, str(SRC))
+    try:
+        from hvdflow_trainer.frameworks import FRAMEWORKS
+    finally:
+        sys.path.remove(str(SRC))
+    assert sorted(f.folder for f in FRAMEWORKS.values()) == FRAMEWORK_FOLDERS
+    for framework in FRAMEWORKS.values():
+        for module in ("fit", "script", "models", "evaluate", "benchmark"):
+            assert (TRAINER / framework.folder / f"{module}.py").is_file(), (framework.folder, module)
+
+
+@pytest.mark.parametrize("path", sorted(TRAINER.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_trainers_neutral_modules_reach_a_framework_only_through_its_registry(path: Path) -> None:
+    """The framework-neutral modules (the package's root, its sources) import no framework folder, even lazily:
+    ``frameworks.module_of`` is the one door; a framework folder imports no sibling's."""
+    folders = {name for name in _imports(path) if name.split(".")[:2][-1] in FRAMEWORK_FOLDERS
+               and name.startswith("hvdflow_trainer.")}
+    own = path.relative_to(TRAINER).parts[0] if len(path.relative_to(TRAINER).parts) > 1 else None
+    reached = {name.split(".")[1] for name in folders} - {own}
+    assert not reached, f"{path} imports the framework folder(s) {sorted(reached)}: go through frameworks.module_of"
+
+
+def _module_names() -> dict[str, Path]:
+    """Every module of the packages under src/, by its dotted name (a package by its own name)."""
+    names = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of src/ it imports (anywhere in it, lazily too), parents' ``__init__`` left out."""
+    names = _module_names()
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        edges = set()
+        for imported in _imports(path):
+            parts = imported.split(".")
+            target = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in names), None)
+            if target and target != name and not name.startswith(target + ".") and names[target].name != "__init__.py":
+                edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def test_no_package_has_an_import_circle() -> None:
+    """No module reaches itself again through the modules it imports (lazy imports included): each package is a stack
+    of floors, the lower never calling back up."""
+    graph, circles, state = _import_graph(), [], {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(graph[name]):
+            if state.get(target) == "open":
+                circles.append(" -> ".join(trail[trail.index(target):] + [target]))
+            elif target not in state:
+                visit(target, trail + [target])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+LONGEST_FUNCTION = 60
+LONG_KEPT = {("hvdflow/images/build/wheels.py", "ensure_horovod_wheel"):
+             "63 lines; the builder's own source is in the images' cache key, so splitting it rebuilds both images: left "
+             "for a change that rebuilds them anyway"}
+
+
+def test_no_function_is_longer_than_a_screen() -> None:
+    long = [f"{path.relative_to(SRC)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted(SRC.rglob("*.py")) for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (node.end_lineno or node.lineno) - node.lineno + 1 > LONGEST_FUNCTION
+            and (str(path.relative_to(SRC)), node.name) not in LONG_KEPT]
+    assert not long, f"functions over {LONGEST_FUNCTION} lines: " + ", ".join(long)
+
+
+def test_the_names_both_sides_spell_are_the_schemas_and_the_trainers_registrys() -> None:
+    """The built-in models, frameworks and distributed modes are spelled once (``hvdflow_wire.names``); the config's
+    schema lists the same for the user, and the trainer's registry has a folder for each framework."""
+    import yaml
+
+    sys.path.insert(0, str(SRC))
+    try:
+        from hvdflow_trainer.frameworks import DISTRIBUTED, FRAMEWORKS
+        from hvdflow_wire import names
+    finally:
+        sys.path.remove(str(SRC))
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    experiment = schema["properties"]["experiments"]["additionalProperties"]["properties"]
+    assert tuple(experiment["model"]["then"]["enum"]) == names.BUILT_IN_MODELS
+    assert tuple(experiment["framework"]["enum"]) == names.FRAMEWORKS == tuple(FRAMEWORKS)
+    assert tuple(experiment["distributed"]["enum"]) == names.DISTRIBUTED == DISTRIBUTED

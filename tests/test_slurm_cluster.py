@@ -220,8 +220,10 @@ def test_a_users_own_model_is_checked_on_the_login_node_and_trains_on_two_nodes_
     assert "localrule check_model:" in output, output[-8000:]  # on the login node, before the job queues
     record = pipeline.json("results/cluster/run.json")
     assert [(r["rank"], r["hostname"]) for r in record["ranks"]] == [(0, "n1"), (1, "n1"), (2, "n2"), (3, "n2")]
-    example = pipeline.root / "examples/keras-model/cnn.py"
-    assert record["user_code"]["files"] == {"cnn.py": hashlib.sha256(example.read_bytes()).hexdigest()}
+    folder = pipeline.root / "examples/keras-model"  # every file of the folder, each by its sha256
+    assert record["user_code"]["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                            for p in sorted(folder.glob("*.py"))}
+    assert {"cnn.py", "residual.py"} <= set(record["user_code"]["files"])
     local = local_runs("gloo", model=model).json("results/cluster/run.json")
     assert record["weights_sha256"] == local["weights_sha256"]
     assert not node_scratch_leftovers(cluster)

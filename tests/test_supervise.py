@@ -14,18 +14,21 @@ from typing import Iterator
 import pytest
 
 from hvdflow.errors import LaunchError, RunStopped
+from hvdflow.launch.runtime.native import NativeRuntime
 from hvdflow.launch.supervise import (
     ABANDONED,
     StopRelay,
     by_signal,
     exit_text,
     group_members,
+    run_one,
     start,
     stop,
     stopped_error,
     supervise,
     watch_stop_signals,
 )
+from hvdflow_wire.user_code import USER_CODE_ERROR, USER_CODE_EXIT
 from pipeline_run import processes_naming
 
 # a leader that exits on SIGTERM and a child that ignores it, like `udocker run` and Debian's proot
@@ -263,3 +266,17 @@ def test_a_stopped_run_says_why_its_ranks_were_asked_to_stop_where_no_signal_rea
     assert str(stopped_error("rank 0", relay, "Log: /l/rank-0.log")) == (
         f"rank 0 stopped on a signal after a checkpoint (exit status 75), sent them because {ABANDONED}; starting the "
         "job again resumes the run. Log: /l/rank-0.log")
+
+
+def test_a_step_that_fails_in_the_users_code_carries_the_users_error_into_the_rules_log(tmp_path: Path) -> None:
+    """A reader returning int64 fails the listing in the user's terms: the error the step's own log ends with comes
+    back in the LaunchError the rule writes to its log, not only the step log's name."""
+    said = "npy_labels:read returned int64 for item 0.npy; supported: uint8, uint16, float32"
+    code = f"print('reading'); print({USER_CODE_ERROR + said!r}, flush=True); raise SystemExit({USER_CODE_EXIT})"
+    log = tmp_path / "list.log"
+    with pytest.raises(LaunchError) as raised:
+        run_one(NativeRuntime(Path(sys.executable)), ["python3", "-c", code], [], log, 60, "listing the dataset")
+    assert str(log) in str(raised.value) and f"the error in your code: {said}" in str(raised.value), raised.value
+    with pytest.raises(LaunchError) as plain:  # a failure that is not the user's code says what it said before
+        run_one(NativeRuntime(Path(sys.executable)), ["python3", "-c", "raise SystemExit(4)"], [], log, 60, "listing")
+    assert "the error in your code" not in str(plain.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import signal
 import subprocess
@@ -75,6 +76,36 @@ def test_injected_failures_are_read(text: str, args: list[str]) -> None:
     from hvdflow.launch.faults import trainer_args
 
     assert trainer_args(text) == args
+
+
+def test_several_injected_failures_fail_in_turn_each_once() -> None:
+    from hvdflow.errors import LaunchError
+    from hvdflow.launch.faults import trainer_args
+    from hvdflow_trainer import faults
+
+    parser = argparse.ArgumentParser()
+    faults.add_options(parser)
+    parser.add_argument("--checkpoint-dir", default="/ckpt")
+    args = parser.parse_args(trainer_args("1:2.4:kill:once,0:3.3:signal:once"))
+    failures = faults.injected_failures(args)
+    assert [(f.rank, f.epoch, f.step, f.how, f.marker) for f in failures] == [
+        (1, 2, 4, "kill", "/ckpt/.injected-failure"), (0, 3, 3, "signal", "/ckpt/.injected-failure-1")]
+    assert faults.injected_failures(parser.parse_args([])) == []
+    with pytest.raises(LaunchError, match="say once for all of them or for none"):
+        trainer_args("1:2:kill:once,0:3:signal")
+
+
+def test_ranks_that_disagree_are_told_which_variables_differ_and_why() -> None:
+    from hvdflow_trainer.script_run import ranks_disagree
+
+    same = [("dense/kernel:0", "a", True), ("bn/moving_mean:0", "b", False)]
+    assert ranks_disagree([same, list(same)]) is None
+    said = ranks_disagree([same, [("dense/kernel:0", "x", True), ("bn/moving_mean:0", "y", False)]])
+    assert said is not None and said.startswith("the ranks ended with different models: trainable dense/kernel:0: "
+                                                "their gradients were not averaged over the ranks")
+    assert "non-trainable bn/moving_mean:0: run.validate and run.end_epoch average such state" in said
+    only_state = ranks_disagree([same, [same[0], ("bn/moving_mean:0", "y", False)]])
+    assert only_state is not None and "trainable dense" not in only_state and "bn/moving_mean:0" in only_state
 
 
 def test_a_rank_that_has_ended_ignores_stop_signals_through_its_exit() -> None:

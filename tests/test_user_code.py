@@ -111,6 +111,14 @@ def test_the_config_names_the_folder_and_module_before_any_job(tmp_path: Path, m
         UserModel.from_config("experiments.x.model", {**entry, "code": "nowhere"}, tmp_path)
     with pytest.raises(ConfigError, match=r"^experiments.x.model.build: other:build: no module other in "):
         UserModel.from_config("experiments.x.model", {**entry, "build": "other:build"}, tmp_path)
+    # a file that does not parse: the build, loss or metrics module, or a script, named with its line at parse time
+    (tmp_path / "models" / "broken.py").write_text("def build(**kw):\n    return (\n")
+    for key, value in (("build", "broken:build"), ("loss", "broken:loss"), ("metrics", "broken:metrics")):
+        with pytest.raises(ConfigError, match=rf"^experiments.x.model.{key}: \S+/models/broken\.py, line 2: '\(' "
+                                              r"was never closed \(the file does not parse"):
+            UserModel.from_config("experiments.x.model", {**entry, key: value}, tmp_path)
+    with pytest.raises(ConfigError, match=r"^experiments.x.model.script: \S+/models/broken\.py, line 2: "):
+        UserModel.from_config("experiments.x.model", {"code": "models", "script": "broken.py"}, tmp_path)
     spec = TrainSpec(ranks=2, model=entry, hidden_units=64, epochs=1, batch_size=8, learning_rate=0.01, momentum=0.9,
                      warmup_epochs=0, seed=1)
     args = spec.trainer_args()

@@ -50,7 +50,9 @@ def test_the_example_model_trains_records_its_code_resumes_a_killed_run_and_reru
     code = record["user_code"]
     example = whole.root / "mymodels/cnn.py"
     assert code["folder"] == "mymodels" and code["build"] == "cnn:build"
-    assert code["files"] == {"cnn.py": hashlib.sha256(example.read_bytes()).hexdigest()}
+    assert code["files"] == {p.name: hashlib.sha256(p.read_bytes()).hexdigest()  # every file of the folder
+                             for p in sorted(example.parent.glob("*.py"))}
+    assert {"cnn.py", "residual.py"} <= set(code["files"])
     assert record["config"]["experiment"]["model"] == EXAMPLE
     assert len({r["weights_sha256"] for r in record["ranks"]}) == 1
     assert whole.json("results/mine/evaluation.json")["accuracy"] > 0.5
@@ -76,7 +78,9 @@ def test_the_example_model_trains_records_its_code_resumes_a_killed_run_and_reru
     assert proc.returncode != 0
     assert (f"{example}: sha256 {hashlib.sha256(example.read_bytes()).hexdigest()}, but the record says "
             f"{code['files']['cnn.py']}: the model code changed since the run") in proc.stderr, proc.stderr[-3000:]
-    assert not (user_tmp / "rerun2" / "results").exists()
+    assert "the rerun's worktree" in proc.stderr and "was removed" in proc.stderr, proc.stderr[-3000:]
+    assert not (user_tmp / "rerun2").exists()  # a refused rerun leaves no worktree behind, nor git's record of it
+    assert (whole.root / ".git/worktrees/rerun").is_dir() and not (whole.root / ".git/worktrees/rerun2").exists()
 
 
 BAD = {
@@ -88,6 +92,11 @@ BAD = {
                     "    return tf.keras.Model(inputs, tf.keras.layers.Dense(3)(tf.keras.layers.Flatten()(inputs)))\n"),
     "needs.py": "import surely_not_in_the_image\n\ndef build(**kw):\n    return None\n",
     "nofn.py": "def make(**kw):\n    return None\n",
+    "noisy.py": ("import tensorflow as tf\n\ndef build(input_shape, num_classes, multi_label):\n"
+                 "    inputs = tf.keras.Input(shape=input_shape)\n"
+                 "    noisy = tf.keras.layers.Lambda(lambda x: x + tf.random.uniform(tf.shape(x)), name='jitter')(inputs)\n"
+                 "    flat = tf.keras.layers.Dropout(0.5, seed=1)(tf.keras.layers.Flatten()(noisy))\n"
+                 "    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, 'softmax')(flat))\n"),
     "fractional.py": ("import tensorflow as tf\n\ndef build(input_shape, num_classes, multi_label):\n"
                       "    inputs = tf.keras.Input(shape=input_shape)\n"
                       "    pooled = tf.keras.layers.Lambda(\n"
@@ -96,7 +105,6 @@ BAD = {
                       "    return tf.keras.Model(inputs, tf.keras.layers.Dense(num_classes, 'softmax')(flat))\n"),
 }
 CASES = {  # experiment: (module:function, params, what the check says)
-    "syntax": ("syntax:build", {}, "bad/syntax.py, line 2: "),
     "narrow": ("narrow:build", {}, "narrow:build(shape) cannot be called with input_shape, multi_label, num_classes"),
     "params": ("wrongout:build", {"depth": 3}, "got an unexpected keyword argument 'depth'"),
     "notmodel": ("notmodel:build", {}, "notmodel:build returned dict, not a tf.keras.Model"),
@@ -113,6 +121,7 @@ def test_bad_model_code_is_named_before_any_training_job(demo: Pipeline, hpc_use
                                                          udocker_dir: Path) -> None:
     experiments = {name: {**MINE, "model": {"code": "bad", "build": build, "params": params}}
                    for name, (build, params, _) in CASES.items()}
+    experiments["noisy"] = {**MINE, "model": {"code": "bad", "build": "noisy:build"}}
     pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments=experiments)
     bad = pipeline.root / "bad"
     bad.mkdir()
@@ -120,9 +129,27 @@ def test_bad_model_code_is_named_before_any_training_job(demo: Pipeline, hpc_use
         (bad / name).write_text(text)
     for path in (bad, *bad.iterdir()):
         os.chown(path, hpc_user.uid, hpc_user.gid)
-    proc = pipeline.snakemake("--keep-going")
+    # a file that does not parse is named with its line when the config is read, by a dry run, before any job
+    syntax = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        "syntax": {**MINE, "model": {"code": "bad", "build": "syntax:build"}}})
+    shutil.copytree(bad, syntax.root / "bad")
+    _chown_tree(syntax.root / "bad", hpc_user.uid, hpc_user.gid)
+    dry = syntax.snakemake("-n")
+    assert dry.returncode != 0
+    assert (f"experiments.syntax.model.build: {syntax.root / 'bad/syntax.py'}, line 2: '(' was never closed (the "
+            "file does not parse") in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-3000:]
+    # the checks only (a model the check passes would train): each mistake named, and a random op of the model's own
+    # that a resume cannot continue named in a warning (the seeded Dropout is not: its generator is checkpointed)
+    proc = pipeline.snakemake("--keep-going", *[f"results/{name}/model-check.json" for name in experiments])
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0
+    noisy = (pipeline.root / "logs/check_model/noisy.log").read_text()
+    warning = [line for line in noisy.splitlines() if line.startswith("hvdflow: warning: noisy:build: ")]
+    assert len(warning) == 1, noisy[-3000:]
+    assert ("a resumed run cannot continue these random ops where they were" in warning[0]
+            and "jitter/random_uniform/RandomUniform (RandomUniform)" in warning[0] and "dropout" not in warning[0])
+    assert pipeline.json("results/noisy/model-check.json")["unresumable_random_ops"] == [
+        "model/jitter/random_uniform/RandomUniform (RandomUniform)"]
     for name, (_, _, said) in CASES.items():
         log = (pipeline.root / f"logs/check_model/{name}.log").read_text()
         assert "your model code, checked before training: " in log and said in log, (name, log[-3000:])
@@ -206,23 +233,35 @@ def test_the_script_example_stops_together_on_ctrl_c_resumes_to_an_uninterrupted
     assert [row["epoch"] for row in record["history"]] == [0, 1, 2, 3, 4] and record["history"][-1]["val_accuracy"] > 0.8
     check = whole.json("results/loop/model-check.json")
     assert check["script"] == "train_digits.py" and check["summary"].startswith("compiles")
-    # a script that never calls run.finish(), and one that does not parse (named by the check, before training)
+    # a script that never calls run.finish(), and one that does not parse (named when the config is read, by a dry
+    # run, before any job)
     broken = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
         "unfinished": {**LOOP, "epochs": 1, "model": {**LOOP["model"], "script": "unfinished.py"}},
+        "unaveraged": {**LOOP, "epochs": 1, "model": {**LOOP["model"], "script": "unaveraged.py"}},
         "unparsed": {**LOOP, "model": {**LOOP["model"], "script": "unparsed.py"}}})
     folder = broken.root / "examples/training-script"
     text = (folder / "train_digits.py").read_text()
     (folder / "unfinished.py").write_text(text.replace("run.finish()", "print('done')"))
+    averaging = "    tape = hvd.DistributedGradientTape(tape)   # the gradients averaged over the ranks\n"
+    assert averaging in text
+    (folder / "unaveraged.py").write_text(text.replace(averaging, ""))
     (folder / "unparsed.py").write_text(text.replace("for epoch in run.epochs_to_run():", "for epoch in run.epochs_to_run()"))
     _chown_tree(folder, hpc_user.uid, hpc_user.gid)
-    failed = broken.snakemake("--keep-going")
+    dry = broken.snakemake("-n")
+    assert dry.returncode != 0
+    assert re.search(r"experiments\.unparsed\.model\.script: \S+/unparsed\.py, line \d+: expected ':' \(the file "
+                     r"does not parse", dry.stdout + dry.stderr), (dry.stdout + dry.stderr)[-3000:]
+    (folder / "unparsed.py").write_text(text)  # mended: the config parses again; only the two below are run
+    failed = broken.snakemake("--keep-going", "results/unfinished/run.json", "results/unaveraged/run.json")
     assert failed.returncode != 0
     unfinished = (broken.root / "logs/train/unfinished.log").read_text()
     assert "the training script unfinished.py ended without calling run.finish()" in unfinished, unfinished[-3000:]
-    unparsed = (broken.root / "logs/check_model/unparsed.log").read_text()
-    assert re.search(r"unparsed\.py, line \d+: .*\(the training script\)", unparsed), unparsed[-3000:]
+    # a loop whose gradients are not averaged: the ranks' models differ, and finish() names what and why
+    unaveraged = (broken.root / "logs/train/unaveraged.log").read_text()
+    assert re.search(r"the ranks ended with different models: trainable dense\S*:0(, dense\S*:0)*: their gradients "
+                     r"were not averaged over the ranks", unaveraged), unaveraged[-3000:]
     assert not (broken.root / "logs/train/unparsed.log").exists()
-    for name in ("unfinished", "unparsed"):
+    for name in ("unfinished", "unaveraged", "unparsed"):
         assert not (broken.root / f"results/{name}/run.json").exists() and not (
             broken.root / f"results/{name}/model").exists()
     assert broken.processes() == []

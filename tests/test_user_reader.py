@@ -143,6 +143,10 @@ def test_the_config_form_is_checked_bound_and_recorded(tmp_path: Path, monkeypat
         check_dataset("cells", {**entry, "source": {**entry["source"], "code": "nowhere"}})
     with pytest.raises(ConfigError, match=r"datasets\.cells\.source\.list: other:items: no module other in "):
         check_dataset("cells", {**entry, "source": {**entry["source"], "list": "other:items"}})
+    (code / "broken.py").write_text("def read(path, item):\n    return [\n")
+    with pytest.raises(ConfigError, match=r"datasets\.cells\.source\.read: \S+/readers/broken\.py, line 2: '\[' was "
+                                          r"never closed \(the file does not parse"):
+        check_dataset("cells", {**entry, "source": {**entry["source"], "read": "broken:read"}})
     with pytest.raises(ConfigError, match=r"datasets\.cells\.path is required for source user-reader"):
         check_dataset("cells", {key: value for key, value in entry.items() if key != "path"})
     misspelt = {**entry, "source": {**entry["source"], "reader": "x:y"}}

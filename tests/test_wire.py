@@ -67,6 +67,7 @@ def test_a_rank_result_is_written_byte_for_byte_as_the_trainer_wrote_its_dict(tm
     ({"resumed_from": {"epoch": 1, "step": None}}, 'resumed_from["step"] is null, expected int'),
     ({"hostname": None}, "hostname is null, expected str"),
     ({"weights": "x"}, "unknown weights"),
+    ({"local_rank": 2}, "local rank 2 outside 0..1"),  # the placement's own check (hvdflow_wire.placement)
 ])
 def test_a_malformed_rank_result_is_named(tmp_path: Path, change: dict[str, object], message: str) -> None:
     path = tmp_path / "rank-0.json"

@@ -271,10 +271,17 @@ def _exec_as_namespace_root(argv: list[str]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``hvdflow`` command."""
+    """The argument parser of the ``hvdflow`` command: one sub-command each, added by its own function."""
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_image_parsers, _registry_parser, _smoke_parser, _profile_parsers, _doctor_parser, _rerun_parser,
+                _testbed_parser):
+        add(sub)
+    return parser
 
+
+def _image_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow image build|push|pin|pull|update|check|save|load``."""
     from hvdflow.images.build.pins import DEBIAN_MODES
 
     image = sub.add_parser("image", aliases=["images"], help="build, push, pull and update images"
@@ -329,12 +336,18 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("archive", type=Path, help="an OCI archive, e.g. from `hvdflow image save`")
     load.set_defaults(func=cmd_image_pull)
 
+
+def _registry_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow registry serve``."""
     registry = sub.add_parser("registry", help="a local registry").add_subparsers(dest="action", required=True)
     serve = registry.add_parser("serve", help="serve Debian's docker-registry on 127.0.0.1 until stopped")
     serve.add_argument("--state-dir", type=Path, required=True, help="config, storage and log of the registry")
     serve.add_argument("--port", type=int, default=None, help="port on 127.0.0.1 (default: a free one)")
     serve.set_defaults(func=cmd_registry_serve)
 
+
+def _smoke_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow smoke``."""
     smoke = sub.add_parser("smoke", help="train the digits MLP with Horovod ranks in the container")
     _pull_args(smoke)
     smoke.add_argument("--launcher", choices=LAUNCHERS, default="gloo")
@@ -346,6 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
     smoke.set_defaults(func=cmd_smoke)
 
+
+def _profile_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow profile install``."""
     profile = sub.add_parser("profile", help="cluster profiles").add_subparsers(dest="action", required=True)
     install = profile.add_parser("install", help="install a profile where `snakemake --profile NAME` finds it "
                                  "(the user's Snakemake config folder, ~/.config/snakemake)")
@@ -357,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--force", action="store_true", help="replace an installed profile of that name that differs")
     install.set_defaults(func=cmd_profile_install)
 
+
+def _doctor_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow doctor``."""
     doctor = sub.add_parser("doctor", help="check this login node, the profile's cluster and one compute node "
                             "(what to run first on a new cluster, and to attach to a support ticket)",
                             description="Each check prints ok, warning or failure, with the fix for the last two. "
@@ -369,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--no-job", action="store_true", help="leave out the Slurm job on a compute node")
     doctor.set_defaults(func=cmd_doctor)
 
+
+def _rerun_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow rerun``."""
     from hvdflow.rerun.compare import DEFAULT_TOLERANCE, EXIT_DIFFERS, EXIT_WITHIN_TOLERANCE
 
     again = sub.add_parser("rerun", help="rerun a recorded run (its run.json) as recorded and compare the results",
@@ -393,6 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "(`hvdflow image save`) and use no registry: the archive must hold the recorded digest")
     again.set_defaults(func=cmd_rerun)
 
+
+def _testbed_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow testbed start|stop|status``."""
     bed = sub.add_parser("testbed", help="a real Slurm cluster on this machine, nodes in namespaces (root)")
     bed.add_argument("action", choices=("start", "stop", "status"))
     bed.add_argument("--base", type=Path, default=None, help="its files (default: $HVDFLOW_TESTBED_DIR or "
@@ -402,7 +427,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how slurmd tracks a job's processes (default: $HVDFLOW_TESTBED_PROCTRACK or linuxproc); "
                      "cgroup signals only each task's top process, as production clusters do")
     bed.set_defaults(func=cmd_testbed)
-    return parser
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -4,7 +4,8 @@
 The train rule waits for it (a local rule: under Slurm it fails on the login node in seconds, not after queueing).
 It names a syntax error (file and line), a missing module or function, a signature that does not take the arguments,
 parameters the function does not accept, a value that is not a Keras model (or, with ``--framework pytorch``, a
-torch module), an output shape that does not match the classes, and an op without a deterministic kernel; it writes
+torch module), an output shape that does not match the classes, and an op without a deterministic kernel; it warns,
+naming them, of random ops whose position no checkpoint can hold (a resume would not continue them); it writes
 what it built to ``--out``. A training script
 (``--model-script``) is compiled, not run: a syntax error is named with its file and line.
 """
@@ -16,8 +17,9 @@ import os
 from typing import Dict, List, Optional
 
 from hvdflow_index import read_index, write_json
+from hvdflow_wire.user_code import USER_CODE_WARNING
 
-from . import user_code
+from . import frameworks, user_code
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -28,7 +30,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--out", required=True, help="JSON file to write")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--no-op-determinism", action="store_true", help="the experiment's deterministic: false")
-    parser.add_argument("--framework", choices=("tensorflow", "pytorch"), default="tensorflow")
+    frameworks.add_options(parser, distributed=False)
     user_code.add_options(parser)
     args = parser.parse_args(argv)
     user = user_code.user_model_of(args)
@@ -39,11 +41,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             built = check_script(user.code, user.script)
         else:
             index = read_index(args.dataset)
-            if args.framework == "pytorch":  # the framework, once the options are read
-                from .pytorch.models import check_user_model
-            else:
-                from .keras.models import check_user_model
-
+            check_user_model = frameworks.module_of(args.framework, "models").check_user_model
             built = check_user_model(user, index["feature_shape"], int(index["num_classes"]),  # type: ignore[arg-type,call-overload]
                                      index["task"] == "multi-label", args.seed, not args.no_op_determinism)
             built["summary"] = "builds a model of %d parameters, output %s" % (built["parameters"],
@@ -52,6 +50,13 @@ def main(argv: Optional[List[str]] = None) -> None:
         user_code.exit_naming(exc)
     write_json(args.out, built)
     print("hvdflow: %s %s" % (user.script or user.build, built["summary"]), flush=True)
+    unresumable = built.get("unresumable_random_ops")
+    if unresumable:
+        print(USER_CODE_WARNING + "%s: a resumed run cannot continue these random ops where they were (their position "
+              "is inside the op, which no checkpoint holds), so it will not give the uninterrupted run's weights: %s. "
+              "Draw from a Keras random layer (Dropout, GaussianNoise, RandomFlip, ...) or a tf.random.Generator kept "
+              "on a layer instead: hvdflow checkpoints those" % (user.build, "; ".join(unresumable)),  # type: ignore[arg-type]
+              flush=True)
 
 
 def check_script(code: str, script: str) -> Dict[str, object]:

@@ -14,7 +14,8 @@ from typing import List
 
 HOW = ("exit", "exit0", "kill", "signal")
 MARKER = ".injected-failure"
-"""The file (in the run's checkpoint folder) that a failure injected ``once`` writes before failing."""
+"""The file (in the run's checkpoint folder) that the first failure injected ``once`` writes before failing (the
+n-th of several: ``MARKER-<n>``)."""
 
 
 class InjectedFailure:
@@ -63,16 +64,16 @@ class InjectedFailure:
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     """The trainer's hidden test options (the host's :func:`hvdflow.launch.faults.trainer_args` writes them)."""
-    parser.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
-    parser.add_argument("--fail-epoch", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--fail-step", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--fail-how", default="exit", help=argparse.SUPPRESS)
-    parser.add_argument("--fail-once", action="store_true", help=argparse.SUPPRESS)
+    for option, kind in (("--fail-rank", int), ("--fail-epoch", int), ("--fail-step", int), ("--fail-how", str)):
+        parser.add_argument(option, type=kind, action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--fail-once", action="count", default=0, help=argparse.SUPPRESS)
 
 
 def injected_failures(args: argparse.Namespace) -> List[InjectedFailure]:
-    """The failures a test asked for with the hidden options: none (the default), or one."""
-    if args.fail_rank < 0:
-        return []
-    marker = os.path.join(args.checkpoint_dir, MARKER) if args.fail_once else ""
-    return [InjectedFailure(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how, marker)]
+    """The failures a test asked for with the hidden options (each option once per failure, in the same order;
+    ``--fail-once`` said for all of them or none): none by default."""
+    failures = []
+    for n, (rank, epoch, step, how) in enumerate(zip(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how)):
+        marker = os.path.join(args.checkpoint_dir, MARKER + ("-%d" % n if n else "")) if args.fail_once else ""
+        failures.append(InjectedFailure(rank, epoch, step, how, marker))
+    return failures

@@ -1,7 +1,7 @@
 """How fast one rank's training input pipeline delivers records, without training (for benchmarks/prepare_throughput).
 
-Builds exactly the dataset a rank trains on (keras.data.rank_dataset: its shards or records, shuffle, decode, normalise,
-batch), runs it for a number of passes and prints records/s and MB/s of shard bytes as JSON.
+Builds exactly the dataset a rank trains on with TensorFlow (keras.data.rank_dataset: its shards or records, shuffle,
+decode, normalise, batch), runs it for a number of passes and prints records/s and MB/s of shard bytes as JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from hvdflow_index import read_index, verified_shards
 
-from .keras.data import rank_dataset
+from .frameworks import module_of
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -28,6 +28,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     import tensorflow as tf
 
+    rank_dataset = module_of("tensorflow", "data").rank_dataset
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     index = read_index(args.dataset)

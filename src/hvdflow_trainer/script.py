@@ -17,8 +17,9 @@ on ``sys.path``::
     run.finish()                        # the model, history, metrics and every rank's result
 
 The run object is :class:`hvdflow_trainer.keras.script.ScriptRun` (TensorFlow) or, with ``framework: pytorch``,
-:class:`hvdflow_trainer.pytorch.script.ScriptRun`, whose ``track`` returns the module and optimizer to train with
-(``examples/training-script/train_digits_torch.py``); their docstrings are the reference.
+:class:`hvdflow_trainer.pytorch.script.ScriptRun` (both built on :mod:`hvdflow_trainer.script_run`), whose
+``track`` returns the module and optimizer to train with (``examples/training-script/train_digits_torch.py``); their
+docstrings are the reference.
 A script that ends without ``run.finish()`` fails, saying so; an exception in it is named with the user's file and
 line (:mod:`hvdflow_trainer.user_code`).
 """
@@ -29,38 +30,11 @@ import argparse
 import os
 import runpy
 import sys
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
-from .run_control import Position, StopFlag, StopRequested
+from .frameworks import module_of
+from .run_control import StopFlag, StopRequested
 from .user_code import UserCodeError, user_frame
-
-
-class ScriptEpochs:
-    """What both frameworks' script runs share: the epochs still to run, each opened here and closed by their
-    ``end_epoch``; a framework's run says what starts with an epoch (:meth:`_epoch_begins`)."""
-
-    epochs: int
-    _position: Position
-    _epoch_open: bool
-
-    def _tracked(self, call: str) -> Any:
-        """The run's checkpoints; UserCodeError where ``call`` comes before ``run.track``."""
-        raise NotImplementedError
-
-    def _epoch_begins(self) -> None:
-        """What the framework's run does as an epoch begins (its timer)."""
-        raise NotImplementedError
-
-    def epochs_to_run(self) -> Iterator[int]:
-        """The epochs still to train, from the one the last checkpoint stopped in; ``end_epoch`` ends each."""
-        self._tracked("epochs_to_run")
-        while self._position.epoch < self.epochs:
-            if self._epoch_open:
-                raise UserCodeError("the training script went on to the next epoch without calling "
-                                    "run.end_epoch(metrics) at the end of epoch %d" % (self._position.epoch + 1))
-            self._epoch_open = True
-            self._epoch_begins()
-            yield self._position.epoch
 
 
 class _Current:
@@ -77,12 +51,7 @@ def start() -> Any:
     if _Current.args is None or _Current.flag is None:
         raise RuntimeError("hvdflow_trainer.script.start() is for a training script hvdflow runs (model: {code, script})")
     if _Current.run is None:
-        if _Current.args.framework == "pytorch":
-            from .pytorch.script import ScriptRun
-        else:
-            from .keras.script import ScriptRun  # type: ignore[assignment]
-
-        _Current.run = ScriptRun(_Current.args, _Current.flag)
+        _Current.run = module_of(_Current.args.framework, "script").ScriptRun(_Current.args, _Current.flag)
     return _Current.run
 
 

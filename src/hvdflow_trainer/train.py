@@ -1,11 +1,11 @@
 """The trainer's entry point: ``python3 -m hvdflow_trainer.train``, as every launcher starts a rank.
 
 Reads the options, installs the stop-signal handler before the framework loads, and hands over to the framework's
-step loop (:mod:`hvdflow_trainer.keras.fit`: Horovod's Keras API), which trains deterministically and resumably on a
-prepared dataset. Every rank restores the newest sound checkpoint of the same run (:mod:`.checkpoints`); a stop signal
-ends the run after a checkpoint with status :data:`hvdflow_runstate.STOPPED_EXIT` (:mod:`.run_control`). Each rank
-writes ``rank-<r>.json`` (placement, versions and the sha256 of its final weights); rank 0 writes the model,
-``history.csv``, TensorBoard logs and ``metrics.json``.
+step loop (its folder's ``fit``, :mod:`hvdflow_trainer.frameworks`: :mod:`hvdflow_trainer.keras.fit` for Horovod's
+Keras API), which trains deterministically and resumably on a prepared dataset. Every rank restores the newest sound
+checkpoint of the same run (:mod:`.checkpoints`); a stop signal ends the run after a checkpoint with status
+:data:`hvdflow_runstate.STOPPED_EXIT` (:mod:`.run_control`). Each rank writes ``rank-<r>.json`` (placement, versions and
+the sha256 of its final weights); rank 0 writes the model, ``history.csv``, TensorBoard logs and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,10 @@ from typing import List, Optional
 
 from hvdflow_runstate import STOPPED_EXIT, STOPPED_LINE_END
 
-from . import faults, user_code
+from . import faults, frameworks, user_code
 from .neighbours import TOPOLOGIES
 from .rank_exit import run_rank
 from .run_control import StopFlag, StopRequested
-
-FRAMEWORKS = ("tensorflow", "pytorch")
-DISTRIBUTED = ("horovod", "ddp")
-"""PyTorch's data parallelism: Horovod's PyTorch API, or DistributedDataParallel (:mod:`.pytorch.comm`)."""
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -32,10 +28,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dataset", required=True, help="prepared dataset directory (with index.json)")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--framework", choices=FRAMEWORKS, default="tensorflow",
-                        help="tensorflow (Horovod's Keras API) or pytorch (--distributed horovod or ddp)")
-    parser.add_argument("--distributed", choices=DISTRIBUTED, default="horovod",
-                        help="pytorch: Horovod's PyTorch API, or PyTorch's DistributedDataParallel")
+    frameworks.add_options(parser)
     parser.add_argument("--model", default="mlp", help="mlp, small-cnn, resnet50, or user (--model-code and --model-build)")
     parser.add_argument("--hidden-units", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=10)
@@ -77,10 +70,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     flag.install()  # before TensorFlow loads (seconds): a signal then is kept, not lost
     if args.model_script:
         from .script import run_script as train  # the user's own loop, with hvdflow's script API
-    elif args.framework == "pytorch":
-        from .pytorch.fit import train  # the framework's folder, loaded after the handler is in place
     else:
-        from .keras.fit import train
+        train = frameworks.module_of(args.framework, "fit").train  # loaded after the handler is in place
 
     try:
         train(args, flag)

@@ -4,6 +4,8 @@ Each file is a typed value (a frozen dataclass) with one writer and one reader, 
 reads: a missing key, a key of the wrong type, an unknown key or text that is not JSON is a :class:`WireError` that
 names the file (and, for JSON lines, the line), never data.
 
+- :mod:`.names`: the names both sides spell on the trainer's command line (the built-in models, the frameworks,
+  the distributed modes).
 - :mod:`.task` (``task.json``, ``task-<worker>.json``): what a Slurm rank task runs, written by the Slurm launcher,
   read by ``hvdflow.slurm.rank_task`` on the rank's node.
 - :mod:`.rank` (``rank-<r>.json``): a rank's result, written by the trainer after its last epoch, read by the

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Union
 
 from .lines import LineAppender, LineReader
+from .placement import Placement
 from .values import WireError, from_json, read_object, to_json, write_object
 
 
@@ -41,16 +42,8 @@ class Hosts:
 
 
 @dataclass(frozen=True)
-class Slot:
+class Slot(Placement):
     """A Horovod slot (``SlotInfo``): where a worker runs and its ranks."""
-
-    hostname: str
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
 
 
 @dataclass(frozen=True)

@@ -8,25 +8,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from .placement import Placement
 from .values import from_json, read_object, to_json, write_object
 
 
 @dataclass(frozen=True)
-class RankResult:
-    """One rank's placement, machine, numerics, versions and the sha256 of its final weights.
+class RankResult(Placement):
+    """One rank's placement (:class:`~hvdflow_wire.placement.Placement`'s fields), machine, numerics, versions and the
+    sha256 of its final weights.
 
     ``machine`` is the rank's CPU, GPUs and NVIDIA driver, ``numerics`` the settings that fix the order of its sums
     (both as the trainer saw them: plain JSON); ``resumed_from`` the epoch and step the attempt began at;
     ``elastic_worker`` the launcher's worker id of an elastic run (None otherwise).
     """
 
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
-    hostname: str
     controller: str
     strategy: str
     topology: Optional[str]

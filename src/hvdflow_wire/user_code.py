@@ -8,6 +8,10 @@ from typing import Optional
 USER_CODE_ERROR = "hvdflow: error in your model code: "
 """How the line starts."""
 
+USER_CODE_WARNING = "hvdflow: warning: "
+"""How a line starts that warns of the user's code without failing it (the model check's unresumable random ops);
+the host copies such lines into the rule's log."""
+
 USER_CODE_EXIT = 3
 """The process's exit status after that line."""
 

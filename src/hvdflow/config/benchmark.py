@@ -15,9 +15,10 @@ from typing import Any, Mapping, Optional
 from hvdflow.config.profile import RUNTIMES
 from hvdflow.config.user_code import USER_MODEL, UserModel
 from hvdflow.errors import ConfigError
+from hvdflow_wire.names import BUILT_IN_MODELS
 
-MODELS = ("mlp", "small-cnn", "resnet50")
-"""The models ``hvdflow_trainer.keras.models`` builds (the seam forbids importing it; a test compares the two)."""
+MODELS = BUILT_IN_MODELS
+"""The models the trainer builds by name (``hvdflow_wire.names``)."""
 ALLREDUCE = "allreduce"
 FRAMEWORKS = {"tensorflow": "", "pytorch-horovod": "torch-", "pytorch-ddp": "ddp-"}
 """The frameworks the benchmark compares, and the prefix of their measurements' kinds: TensorFlow/Keras with Horovod

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Union
 
 from hvdflow.config.user_code import USER_MODEL, UserModel
 from hvdflow.errors import LaunchError
+from hvdflow_wire.names import DISTRIBUTED, FRAMEWORKS
 
 RESUME_MODES = ("auto", "never")
 STRATEGIES = ("allreduce", "neighbour")
@@ -15,10 +16,6 @@ TOPOLOGIES = ("ring", "exp2", "onepeer-exp2")
 """The neighbour strategy's graphs (``hvdflow_trainer.neighbours.TOPOLOGIES``; a test compares them)."""
 POWER_OF_TWO_TOPOLOGIES = ("exp2", "onepeer-exp2")
 SHARD_ORDERS = ("shuffled", "by_label")
-FRAMEWORKS = ("tensorflow", "pytorch")
-"""``hvdflow_trainer.train.FRAMEWORKS`` (a test compares them)."""
-DISTRIBUTED = ("horovod", "ddp")
-"""``hvdflow_trainer.train.DISTRIBUTED``."""
 RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
 """Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
 

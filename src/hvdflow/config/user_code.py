@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -57,14 +58,19 @@ class UserModel:
     @classmethod
     def from_config(cls, where: str, value: Mapping[str, Any], root: Path) -> "UserModel":
         """The model of a validated ``experiments.<name>.model`` mapping, its folder resolved against ``root`` (the
-        workflow's); ConfigError naming ``where`` if the folder, the build function's module or the script is not
-        there."""
+        workflow's); ConfigError naming ``where`` if the folder, the build, loss or metrics function's module or the
+        script is not there, or does not parse."""
         code = code_folder(f"{where}.code", str(value["code"]), root)
         script = value.get("script")
         if script is None:
             check_module(f"{where}.build", code, str(value["build"]))
         elif not (code / str(script)).is_file():
             raise ConfigError(f"{where}.script: {script} is not a file of {code}")
+        else:
+            check_parses(f"{where}.script", code / str(script))
+        for key in ("loss", "metrics"):
+            if value.get(key):
+                check_module(f"{where}.{key}", code, str(value[key]))
         return cls(code, value.get("build"), dict(value.get("params") or {}), value.get("loss"), value.get("metrics"),
                    None if script is None else str(script))
 
@@ -94,9 +100,23 @@ def code_folder(where: str, value: str, root: Path) -> Path:
 
 
 def check_module(where: str, code: Path, ref: str) -> None:
-    """ConfigError naming ``where`` unless the module of ``ref`` (``module:function``) is a file of ``code``."""
+    """ConfigError naming ``where`` unless the module of ``ref`` (``module:function``) is a file of ``code`` that
+    parses."""
     module = ref.split(":", 1)[0]
     base = code.joinpath(*module.split("."))
-    if not (base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()):
-        raise ConfigError(f"{where}: {ref}: no module {module} in {code} (looked for {module.replace('.', '/')}.py "
-                          f"and {module.replace('.', '/')}/__init__.py)")
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            check_parses(where, path)
+            return
+    raise ConfigError(f"{where}: {ref}: no module {module} in {code} (looked for {module.replace('.', '/')}.py "
+                      f"and {module.replace('.', '/')}/__init__.py)")
+
+
+def check_parses(where: str, path: Path) -> None:
+    """ConfigError naming ``where``, the file and the line where the user's Python file ``path`` does not parse (read
+    by this host's Python, before any job starts)."""
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise ConfigError(f"{where}: {path}, line {exc.lineno}: {exc.msg} (the file does not parse; read by Python "
+                          f"{sys.version_info[0]}.{sys.version_info[1]} before any job)") from None

@@ -265,6 +265,13 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
         components=_components(f"{where}: base.components", base.get("components", list(DEFAULT_COMPONENTS))),
         debconf=_debconf(f"{where}: base.debconf", base.get("debconf", [])),
     )
+    _check_framework_pin(recipe, _requirement_pins(requirements, check_hashes), where)
+    return recipe
+
+
+def _requirement_pins(requirements: Path, check_hashes: bool) -> dict[str, str]:
+    """``{name: version}`` of the requirements file; ConfigError for a requirement not pinned with ``==`` or (with
+    ``check_hashes``) without its sha256."""
     pins = {}
     for line in _logical_lines(requirements):
         requirement, *options = line.split()
@@ -275,6 +282,12 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
             raise ConfigError(f"{requirements}: {requirement} needs its files' sha256 as --hash=sha256:<hex> (pip "
                               f"installs with --require-hashes); `hvdflow image pin NAME` writes them from PyPI")
         pins[match.group(1).lower()] = match.group(3)
+    return pins
+
+
+def _check_framework_pin(recipe: Recipe, pins: dict[str, str], where: str) -> None:
+    """ConfigError where the framework Horovod is built against is not the one the requirements pin."""
+    requirements = recipe.requirements
     if recipe.horovod is not None and recipe.horovod.framework == "torch":
         _check_debian_torch(recipe, recipe.horovod.framework_version)
     elif recipe.horovod is not None:
@@ -284,7 +297,6 @@ def load_recipe(path: Path, check_hashes: bool = True) -> Recipe:
                 f"{where}: horovod.tensorflow is {recipe.horovod.tensorflow} but {requirements} pins TensorFlow "
                 f"{tf_pin}; the Horovod wheel only works with the TensorFlow it was built against"
             )
-    return recipe
 
 
 DEBIAN_TORCH_PACKAGES = ("python3-torch", "python3-torch-cuda")

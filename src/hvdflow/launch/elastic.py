@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from hvdflow.errors import LaunchError
+from hvdflow.launch.request import ElasticLaunch, LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import (
     ProgressFollower,
@@ -62,21 +63,6 @@ MEMBERSHIP = "membership.jsonl"
 EVENTS = "events.jsonl"
 EARLY_EXIT = 70
 """The status Horovod's driver is told for a worker that exited 0 without its result (it then counts as failed)."""
-
-
-@dataclass(frozen=True)
-class ElasticSettings:
-    """An experiment's ``elastic`` section and the profile's ``elastic_cooldown`` / ``elastic_timeout``."""
-
-    min_ranks: int
-    max_ranks: int
-    cooldown: int = 60
-    timeout: int = 600
-
-    def driver_args(self, ranks: int) -> list[str]:
-        """The driver's options for a run that starts with ``ranks``."""
-        return ["--ranks", str(ranks), "--min-ranks", str(self.min_ranks), "--max-ranks", str(self.max_ranks),
-                "--cooldown", str(self.cooldown), "--timeout", str(self.timeout)]
 
 
 class Workers(Protocol):
@@ -154,106 +140,170 @@ class ElasticRun:
             note(self.progress, f"hvdflow: elastic: {line}")
 
 
-def launch_elastic(runtime: Runtime, workers: Workers, command: Sequence[str], logs: Path, out_dir: Path,
-                   paths: Sequence[Path], ranks: int, settings: ElasticSettings, address: str, iface: str,
-                   timeout: Optional[float], progress: Optional[Path] = None) -> list[Event]:
-    """Run ``command`` as an elastic Horovod job set for ``ranks`` workers; the events, in order.
+@dataclass(frozen=True)
+class ElasticJob:
+    """What an elastic run's driver and workers need, made from the launch request where they run (this machine, or
+    the Slurm job's nodes after staging): ``command`` (each worker's, without ``--membership``), its ranks' results in
+    ``out_dir``, ``paths`` bound into the driver's container, ``address`` and ``iface`` where the workers reach the
+    driver, the rule's ``progress`` log."""
 
-    It starts with ``ranks`` workers, or with every slot ``workers`` offers if fewer (Horovod's driver waits for at
-    least ``min_ranks``), and grows up to ``max_ranks`` as slots come.
+    command: Sequence[str]
+    logs: Path
+    out_dir: Path
+    paths: Sequence[Path]
+    elastic: ElasticLaunch
+    address: str
+    iface: str
+    timeout: Optional[float]
+    progress: Optional[Path]
 
-    ``command`` gets ``--membership <logs>/membership.jsonl``; its ranks write their results into ``out_dir``;
-    ``paths`` are bound into the driver's container; ``address`` and ``iface`` are where the workers reach
-    the driver. Raises RunStopped when the ranks stopped on a signal after a checkpoint, LaunchError when the driver
-    gives up (fewer than ``min_ranks`` left for its timeout, a worker failing at once everywhere) or a worker exited 0
-    early; every worker and the driver are stopped whatever happens.
+    @classmethod
+    def of(cls, request: LaunchRequest, command: Sequence[str], paths: Sequence[Path], address: str,
+           iface: str) -> "ElasticJob":
+        """The elastic run of ``request`` (whose ``elastic`` is set) with its workers' ``command`` and binds."""
+        assert request.elastic is not None
+        job = request.job
+        return cls(command, job.logs_dir, job.out_dir, paths, request.elastic, address, iface, request.timeout,
+                   request.progress)
+
+
+def launch_elastic(runtime: Runtime, workers: Workers, job: ElasticJob) -> list[Event]:
+    """Run ``job`` as an elastic Horovod job set for its ranks; the events, in order.
+
+    It starts with the run's ranks, or with every slot ``workers`` offers if fewer (Horovod's driver waits for at
+    least ``min_ranks``), and grows up to ``max_ranks`` as slots come. Each worker's command gets ``--membership
+    <logs>/membership.jsonl``. Raises RunStopped when the ranks stopped on a signal after a checkpoint, LaunchError
+    when the driver gives up (fewer than ``min_ranks`` left for its timeout, a worker failing at once everywhere) or a
+    worker exited 0 early; every worker and the driver are stopped whatever happens.
     """
+    logs = job.logs
     logs.mkdir(parents=True, exist_ok=True)
     for stale in (MEMBERSHIP, EVENTS):
         (logs / stale).unlink(missing_ok=True)
     channel = _Channel(logs / "elastic")
     channel.reset()
-    run = ElasticRun(logs, progress)
+    run = ElasticRun(logs, job.progress)
     hosts = workers.hosts()
     channel.write_hosts(hosts)
     run.event("hosts", f"hosts {describe_hosts(hosts)}", hosts=hosts)
-    first = max(settings.min_ranks, min(ranks, sum(hosts.values())))
+    settings = job.elastic.settings
+    first = max(settings.min_ranks, min(job.elastic.ranks, sum(hosts.values())))
     driver = start("elastic driver", runtime.command(
-        ["python3", "-m", "hvdflow_trainer.elastic_driver", "--channel", str(channel.folder), "--address", address,
-         "--iface", iface, *settings.driver_args(first)], {}, [logs, *paths]), logs / "elastic-driver.log",
+        ["python3", "-m", "hvdflow_trainer.elastic_driver", "--channel", str(channel.folder), "--address", job.address,
+         "--iface", job.iface, *settings.driver_args(first)], {}, [logs, *job.paths]), logs / "elastic-driver.log",
         runtime.process_env())
-    argv = [*command, "--membership", str(logs / MEMBERSHIP)]
-    running: dict[int, _Worker] = {}
-    follower: Optional[ProgressFollower] = None
-    deadline = None if timeout is None else time.monotonic() + timeout
-    relay = StopRelay(driver.interrupts_before)
-    stopping = False
-    hosts_read = time.monotonic()
+    loop = _ElasticLoop(job, workers, channel, run, driver, hosts)
     try:
+        loop.run()
+    finally:
+        stop([w.process for w in loop.running.values()] + [driver])
+    return finish(run, channel, driver, loop.relay)
+
+
+class _ElasticLoop:
+    """The launcher's side of a running elastic job, one pass every 0.2 s until it ends: the driver's requests
+    started, exited workers reported, rank 0's memberships said, the hosts re-read, a stop signal passed on."""
+
+    def __init__(self, job: ElasticJob, workers: Workers, channel: _Channel, run: ElasticRun, driver: Supervised,
+                 hosts: dict[str, int]) -> None:
+        self.job, self.workers, self.channel, self.run_state, self.driver = job, workers, channel, run, driver
+        self.argv = [*job.command, "--membership", str(job.logs / MEMBERSHIP)]
+        self.running: dict[int, _Worker] = {}
+        self.follower: Optional[ProgressFollower] = None
+        self.deadline = None if job.timeout is None else time.monotonic() + job.timeout
+        self.relay = StopRelay(driver.interrupts_before)
+        self.stopping = False
+        self.hosts, self.hosts_read = hosts, time.monotonic()
+
+    def run(self) -> None:
+        """Pass after pass until the run ends; LaunchError past the job's timeout."""
         while True:
-            for request in channel.requests.new():
-                if isinstance(request, StartWorker):
-                    worker, slot = request.worker, request.slot
-                    if stopping:  # the run is stopping on a signal: no new worker
-                        channel.exited(worker, STOPPED_EXIT)
-                        continue
-                    env = {**request.env, "HVDFLOW_ELASTIC_WORKER": str(worker)}
-                    process = workers.start(worker, slot, argv, env, logs / f"worker-{worker}.log")
-                    running[worker] = _Worker(process, slot)
-                    run.event("start", f"started {running[worker].where}", worker=worker, slot=to_json(slot))
-                elif request.worker in running:
-                    workers.drop(running[request.worker].process)
-            for worker, w in list(running.items()):
-                code = w.process.proc.poll()
-                if code is None:
-                    continue
-                del running[worker]
-                if code == 0 and not finished_training(w, out_dir):
-                    # a worker killed inside udocker can exit 0, and Horovod's elastic wrapper returns quietly from
-                    # errors that are not its own: without its result this worker failed, and Horovod is told so
-                    code = EARLY_EXIT
-                channel.exited(worker, code)
-                what = ("exited 0 without finishing the training (killed in its container, or an error Horovod's "
-                        "elastic wrapper swallowed)" if code == EARLY_EXIT else f"exited with {exit_text(code)}")
-                run.event("exit", f"{w.where} {what}" + ("" if code in (0, STOPPED_EXIT) else f"; log {w.process.log}"),
-                          worker=worker, code=code, host=w.slot.hostname, why=what)
-                # the ranks agreed to stop after the same step: the others are saving or exiting too
-                stopping = stopping or code == STOPPED_EXIT
-            for record in run.memberships.new():
-                facts = to_json(record)
-                del facts["kind"]
-                if isinstance(record, EpochEnd):
-                    run.event("epoch", None, **facts)
-                    continue
-                run.event("membership", f"{record.ranks} ranks on {', '.join(sorted(set(record.hosts)))}"
-                          f" from epoch {record.epoch} step {record.step}", **facts)
-                leader = logs / f"worker-{record.worker}.log"
-                follower = ProgressFollower(leader, progress) if leader.exists() else follower
-            if follower is not None:
-                follower()
+            self.start_requested()
+            self.report_exits()
+            self.follow_memberships()
             # the end: the driver is done and its workers are gone; or the ranks stopped on a signal (the driver
             # would wait for new slots); or the driver died, and its workers would wait for it forever
-            if (not running and (stopping or driver.proc.poll() is not None)) or driver.proc.poll() not in (None, 0):
-                break
+            if (not self.running and (self.stopping or self.driver.proc.poll() is not None)) or \
+                    self.driver.proc.poll() not in (None, 0):
+                return
             now = time.monotonic()
-            if now - hosts_read >= HOSTS_EVERY:
-                hosts_read, fresh = now, workers.hosts()
-                if fresh != hosts:
-                    hosts = fresh
-                    channel.write_hosts(hosts)
-                    run.event("hosts", f"hosts now {describe_hosts(hosts)}", hosts=hosts)
-            relayed = relay.due()
-            if relayed is not None:  # local ranks checkpoint and stop together (Slurm steps get scancel's signals)
-                stopping = True
-                for w in running.values():
-                    if w.process.rank:
-                        signal_group(w.process.proc, relayed)
-            if deadline is not None and now > deadline:
-                raise LaunchError(f"the elastic run was still going after {timeout:.0f} s; stopped. Logs: {logs}")
+            self.refresh_hosts(now)
+            self.relay_stop()
+            if self.deadline is not None and now > self.deadline:
+                raise LaunchError(f"the elastic run was still going after {self.job.timeout:.0f} s; stopped. "
+                                  f"Logs: {self.job.logs}")
             time.sleep(0.2)
-    finally:
-        stop([w.process for w in running.values()] + [driver])
-    return finish(run, channel, driver, relay)
+
+    def start_requested(self) -> None:
+        """Start the workers the driver asked for (none once the run is stopping) and drop those it gave up."""
+        for request in self.channel.requests.new():
+            if isinstance(request, StartWorker):
+                worker, slot = request.worker, request.slot
+                if self.stopping:  # the run is stopping on a signal: no new worker
+                    self.channel.exited(worker, STOPPED_EXIT)
+                    continue
+                env = {**request.env, "HVDFLOW_ELASTIC_WORKER": str(worker)}
+                process = self.workers.start(worker, slot, self.argv, env, self.job.logs / f"worker-{worker}.log")
+                self.running[worker] = _Worker(process, slot)
+                self.run_state.event("start", f"started {self.running[worker].where}", worker=worker,
+                                     slot=to_json(slot))
+            elif request.worker in self.running:
+                self.workers.drop(self.running[request.worker].process)
+
+    def report_exits(self) -> None:
+        """Tell the driver of each worker that exited, and the rule's log."""
+        for worker, w in list(self.running.items()):
+            code = w.process.proc.poll()
+            if code is None:
+                continue
+            del self.running[worker]
+            if code == 0 and not finished_training(w, self.job.out_dir):
+                # a worker killed inside udocker can exit 0, and Horovod's elastic wrapper returns quietly from
+                # errors that are not its own: without its result this worker failed, and Horovod is told so
+                code = EARLY_EXIT
+            self.channel.exited(worker, code)
+            what = ("exited 0 without finishing the training (killed in its container, or an error Horovod's "
+                    "elastic wrapper swallowed)" if code == EARLY_EXIT else f"exited with {exit_text(code)}")
+            self.run_state.event("exit", f"{w.where} {what}" + ("" if code in (0, STOPPED_EXIT)
+                                                                  else f"; log {w.process.log}"),
+                                 worker=worker, code=code, host=w.slot.hostname, why=what)
+            # the ranks agreed to stop after the same step: the others are saving or exiting too
+            self.stopping = self.stopping or code == STOPPED_EXIT
+
+    def follow_memberships(self) -> None:
+        """Say each new membership and epoch end rank 0 wrote; copy the progress lines of the current rank 0."""
+        for record in self.run_state.memberships.new():
+            facts = to_json(record)
+            del facts["kind"]
+            if isinstance(record, EpochEnd):
+                self.run_state.event("epoch", None, **facts)
+                continue
+            self.run_state.event("membership", f"{record.ranks} ranks on {', '.join(sorted(set(record.hosts)))}"
+                                 f" from epoch {record.epoch} step {record.step}", **facts)
+            leader = self.job.logs / f"worker-{record.worker}.log"
+            self.follower = ProgressFollower(leader, self.job.progress) if leader.exists() else self.follower
+        if self.follower is not None:
+            self.follower()
+
+    def refresh_hosts(self, now: float) -> None:
+        """The worker source's hosts re-read every :data:`HOSTS_EVERY` seconds, and the driver told of a change."""
+        if now - self.hosts_read < HOSTS_EVERY:
+            return
+        self.hosts_read, fresh = now, self.workers.hosts()
+        if fresh != self.hosts:
+            self.hosts = fresh
+            self.channel.write_hosts(fresh)
+            self.run_state.event("hosts", f"hosts now {describe_hosts(fresh)}", hosts=fresh)
+
+    def relay_stop(self) -> None:
+        """A stop signal counted here goes to the local ranks, which checkpoint and stop together (Slurm steps get
+        scancel's signals)."""
+        relayed = self.relay.due()
+        if relayed is not None:
+            self.stopping = True
+            for w in self.running.values():
+                if w.process.rank:
+                    signal_group(w.process.proc, relayed)
 
 
 def finished_training(worker: _Worker, out_dir: Path) -> bool:

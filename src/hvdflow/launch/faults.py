@@ -1,7 +1,8 @@
 """Fault injection for tests, the host's side: the environment variables the end-to-end tests set, read here only.
 
 - ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` makes a rank fail on purpose;
-  :func:`trainer_args` turns it into the trainer's hidden options (:mod:`hvdflow_trainer.faults` reads them).
+  several, separated by commas, fail in turn (``once`` then said for all of them: each fails in one attempt);
+  :func:`trainer_args` turns them into the trainer's hidden options (:mod:`hvdflow_trainer.faults` reads them).
 - ``HVDFLOW_ELASTIC_SLOTS`` is how many one-rank slots this machine offers an elastic run (default: the experiment's
   ``ranks``), to start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would.
 
@@ -26,16 +27,24 @@ def injected_rank_failure() -> Optional[str]:
 
 
 def trainer_args(fail: Optional[str]) -> list[str]:
-    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` (none for None)."""
+    """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]``, or several of
+    them separated by commas (none for None)."""
     if not fail:
         return []
-    rank, when, *how = fail.split(":")
-    epoch, _, step = when.partition(".")
-    modes = [h for h in how if h != "once"]
-    if len(modes) > 1 or set(modes) - set(HOW):
-        raise LaunchError(f"injected failure {fail!r}: say at most one of exit, exit0, kill, signal, then optionally once")
-    return (["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how", (modes or ["exit"])[0]]
-            + (["--fail-once"] if "once" in how else []))
+    args: list[str] = []
+    specs = fail.split(",")
+    if len({spec.endswith(":once") for spec in specs}) > 1:
+        raise LaunchError(f"injected failures {fail!r}: say once for all of them or for none")
+    for spec in specs:
+        rank, when, *how = spec.split(":")
+        epoch, _, step = when.partition(".")
+        modes = [h for h in how if h != "once"]
+        if len(modes) > 1 or set(modes) - set(HOW):
+            raise LaunchError(f"injected failure {spec!r}: say at most one of exit, exit0, kill, signal, then "
+                              "optionally once")
+        args += ["--fail-rank", rank, "--fail-epoch", epoch, "--fail-step", step or "0", "--fail-how",
+                 (modes or ["exit"])[0]] + (["--fail-once"] if "once" in how else [])
+    return args
 
 
 def elastic_slots(ranks: int) -> int:

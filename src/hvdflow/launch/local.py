@@ -9,15 +9,17 @@ bound to its cores (:mod:`hvdflow.launch.cpus`): Gloo's with ``sched_setaffinity
 
 from __future__ import annotations
 
+import socket
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator
 
 from hvdflow.errors import LaunchError
 from hvdflow.files.private import RANKS_TMPDIR, UnsafePlace, private_dir, remove_own
-from hvdflow.launch.cpus import CpuPlan, cpu_list
-from hvdflow.launch.rank_env import RankPlacement, horovod_gloo_env
+from hvdflow.launch.cpus import cpu_list
+from hvdflow.launch.rank_env import horovod_gloo_env, placements
 from hvdflow.launch.rendezvous import start_rendezvous_server
+from hvdflow.launch.request import LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import ProgressFollower, Supervised, start, stop, supervise, supervise_mpirun
 
@@ -44,55 +46,40 @@ def ranks_tmpdir(logs: Path) -> Iterator[dict[str, str]]:
         remove_own(tmp)
 
 
-def launch_gloo_local(
-    runtime: Runtime,
-    placements: Sequence[RankPlacement],
-    command: Sequence[str],
-    logs: Path,
-    paths: Sequence[Path],
-    timeout: Optional[float],
-    cpus: CpuPlan,
-    iface: str = "lo",
-    progress: Optional[Path] = None,
-) -> None:
-    """Run ``command`` as Horovod ranks on this host over Gloo, one process each, bound as ``cpus`` says, supervised.
+def launch_gloo_local(runtime: Runtime, request: LaunchRequest) -> None:
+    """Run the request's job as Horovod ranks on this host over Gloo, one process each, bound as its CPU plan says,
+    supervised, the ranks reaching each other over its ``iface``.
 
-    ``paths`` are the host paths the ranks read and write (bound into containers); the logs and the rendezvous
-    server's port file go to ``logs``; rank 0's progress lines to ``progress`` (the rule's log).
+    The job's paths are bound into containers; the logs and the rendezvous server's port file go to its logs folder;
+    rank 0's progress lines to the request's ``progress`` (the rule's log).
     """
+    job, cpus, iface = request.job, request.cpus, request.iface
+    logs, command = job.logs_dir, job.argv()
     logs.mkdir(parents=True, exist_ok=True)
-    binds = [logs, *paths]
+    binds = [logs, *job.paths()]
     server, port = start_rendezvous_server(runtime, logs, binds, runtime.process_env(), "127.0.0.1")
     ranks: list[Supervised] = []
     with ranks_tmpdir(logs) as tmp_env:
         try:
-            for placement in placements:
+            for placement in placements([(socket.gethostname(), job.ranks)]):
                 env = {**horovod_gloo_env(placement, "127.0.0.1", port, iface), **tmp_env}
                 ranks.append(start(f"rank {placement.rank}", runtime.command(command, env, binds),
                                    logs / f"rank-{placement.rank}.log", runtime.process_env(), rank=True,
                                    cores=cpus.cores_of(placement.rank)))
-            supervise(ranks, timeout, follow=ProgressFollower(logs / "rank-0.log", progress))
+            supervise(ranks, request.timeout, follow=ProgressFollower(logs / "rank-0.log", request.progress))
         finally:
             stop(ranks + [server])
 
 
-def launch_mpi_local(
-    runtime: Runtime,
-    nranks: int,
-    command: Sequence[str],
-    logs: Path,
-    paths: Sequence[Path],
-    timeout: Optional[float],
-    cpus: CpuPlan,
-    mpirun: str = "mpirun",
-    progress: Optional[Path] = None,
-) -> None:
-    """Run ``command`` as ``nranks`` Horovod ranks started by the host's ``mpirun``, one process each.
+def launch_mpi_local(runtime: Runtime, request: LaunchRequest, mpirun: str = "mpirun") -> None:
+    """Run the request's job as Horovod ranks started by the host's ``mpirun``, one process each.
 
     In udocker, ``--hostenv`` hands Open MPI's variables to the container and ``/tmp`` is bound so the ranks reach
-    the host's PMIx server. Each rank's output goes to ``logs/rank-N.log``; a rank ``cpus`` binds runs under
+    the host's PMIx server. Each rank's output goes to ``logs/rank-N.log``; a rank the CPU plan binds runs under
     ``taskset`` with its cores (Open MPI's own binding stays off: it would bind the ``sh`` to one core each).
     """
+    job, cpus, nranks = request.job, request.cpus, request.job.ranks
+    logs, command, paths = job.logs_dir, job.argv(), job.paths()
     logs.mkdir(parents=True, exist_ok=True)
     bound = [cpus.cores_of(r) for r in range(nranks)]
     if all(cores is not None for cores in bound):  # the ranks' core lists come first: $1 is rank 0's
@@ -106,4 +93,5 @@ def launch_mpi_local(
         inner = runtime.command(command, env, [logs, *paths], hostenv=True)
         argv = [mpirun, "-np", str(nranks), "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp",
                 "sh", "-c", per_rank_log, str(logs / "rank"), *rank_args, *inner]
-        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, timeout, progress)
+        supervise_mpirun(start("mpirun", argv, logs / "mpirun.log", runtime.process_env()), logs, request.timeout,
+                         request.progress)

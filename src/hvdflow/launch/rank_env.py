@@ -7,31 +7,10 @@ same local rank on other hosts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from hvdflow_wire.placement import Placement
 
 
-@dataclass(frozen=True)
-class RankPlacement:
-    """One rank's position: global, on its host, and across hosts."""
-
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
-    hostname: str
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.rank < self.size:
-            raise ValueError(f"rank {self.rank} outside 0..{self.size - 1}")
-        if not 0 <= self.local_rank < self.local_size:
-            raise ValueError(f"local rank {self.local_rank} outside 0..{self.local_size - 1}")
-        if not 0 <= self.cross_rank < self.cross_size:
-            raise ValueError(f"cross rank {self.cross_rank} outside 0..{self.cross_size - 1}")
-
-
-def placements(tasks_per_host: list[tuple[str, int]]) -> list[RankPlacement]:
+def placements(tasks_per_host: list[tuple[str, int]]) -> list[Placement]:
     """Ranks in order over hosts given as ``(hostname, tasks)``, block distribution, uneven counts allowed."""
     if not tasks_per_host or any(count < 1 for _, count in tasks_per_host):
         raise ValueError(f"every host needs at least one task: {tasks_per_host}")
@@ -41,12 +20,12 @@ def placements(tasks_per_host: list[tuple[str, int]]) -> list[RankPlacement]:
     for host_index, (host, count) in enumerate(tasks_per_host):
         for local_rank in range(count):
             peers = [i for i, (_, c) in enumerate(tasks_per_host) if c > local_rank]
-            result.append(RankPlacement(rank, size, local_rank, count, peers.index(host_index), len(peers), host))
+            result.append(Placement(rank, size, local_rank, count, peers.index(host_index), len(peers), host))
             rank += 1
     return result
 
 
-def horovod_gloo_env(placement: RankPlacement, rendezvous_addr: str, rendezvous_port: int, iface: str) -> dict[str, str]:
+def horovod_gloo_env(placement: Placement, rendezvous_addr: str, rendezvous_port: int, iface: str) -> dict[str, str]:
     """The environment of one rank for Horovod's Gloo controller, with the rendezvous server at addr:port."""
     return {
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous_addr,

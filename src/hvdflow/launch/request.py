@@ -9,8 +9,23 @@ from typing import Optional
 
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.launch.cpus import CpuPlan
-from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
+
+
+@dataclass(frozen=True)
+class ElasticSettings:
+    """An experiment's ``elastic`` section and the profile's ``elastic_cooldown`` / ``elastic_timeout``."""
+
+    min_ranks: int
+    max_ranks: int
+    cooldown: int = 60
+    timeout: int = 600
+
+    def driver_args(self, ranks: int) -> list[str]:
+        """The driver's options for a run that starts with ``ranks``."""
+        return ["--ranks", str(ranks), "--min-ranks", str(self.min_ranks), "--max-ranks", str(self.max_ranks),
+                "--cooldown", str(self.cooldown), "--timeout", str(self.timeout)]
+
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from hvdflow.errors import LaunchError, RunStopped
 from hvdflow.launch.runtime import Runtime
 from hvdflow_runstate import STOPPED_EXIT
+from hvdflow_wire.user_code import user_code_error
 
 STOP_GRACE = 10.0
 KILL_REAP_WAIT = 10.0
@@ -411,9 +412,17 @@ def mpirun_failed_rank(mpirun_log: Path) -> tuple[int, int] | None:
 
 def run_one(runtime: Runtime, command: Sequence[str], paths: Sequence[Path], log: Path, timeout: Optional[float],
             what: str) -> None:
-    """Run one non-distributed step (preparation, evaluation) in the runtime; LaunchError naming ``what`` and the log."""
+    """Run one non-distributed step (preparation, evaluation) in the runtime; LaunchError naming ``what`` and the log,
+    and carrying the error in the user's terms where the step failed in the user's code (a reader, a model), so that
+    the rule's own log holds it, not only a pointer to ``log``."""
     process = start(what, runtime.command(command, {}, paths), log, runtime.process_env())
-    supervise([process], timeout)
+    try:
+        supervise([process], timeout)
+    except LaunchError as exc:
+        said = user_code_error(log.read_text(errors="replace")) if log.exists() else None
+        if said is None:
+            raise
+        raise LaunchError(f"{exc}\nthe error in your code: {said}") from None
 
 
 class ProgressFollower:

@@ -9,10 +9,9 @@ import socket
 
 from hvdflow.errors import LaunchError
 from hvdflow.launch import faults
-from hvdflow.launch.elastic import LocalWorkers, launch_elastic
+from hvdflow.launch.elastic import ElasticJob, LocalWorkers, launch_elastic
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
-from hvdflow.launch.rank_env import placements
-from hvdflow.launch.request import ElasticLaunch, LaunchRequest
+from hvdflow.launch.request import LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.slurm.launch import launch_slurm_elastic, launch_slurm_gloo, launch_slurm_mpi
 
@@ -20,30 +19,26 @@ from hvdflow.slurm.launch import launch_slurm_elastic, launch_slurm_gloo, launch
 def launch(runtime: Runtime, request: LaunchRequest) -> None:
     """Run the request's ranks to the end with the one launcher it asks for: where it runs (the current Slurm job or
     this machine), then elastic, Gloo or MPI."""
-    job, cpus, elastic, cluster = request.job, request.cpus, request.elastic, request.slurm
     refused = runtime.refusal(request.launcher)
     if refused is not None:
         raise LaunchError(refused)
     runtime = runtime.for_launcher(request.launcher)
-    if cluster is not None:
-        if elastic is not None:
-            launch_slurm_elastic(runtime, cluster, job, elastic, cpus.threads, request.timeout, request.progress)
+    if request.slurm is not None:
+        if request.elastic is not None:
+            launch_slurm_elastic(runtime, request)
         elif request.launcher == "gloo":
-            launch_slurm_gloo(runtime, cluster, job, cpus.threads, request.timeout, request.progress)
+            launch_slurm_gloo(runtime, request)
         else:
-            launch_slurm_mpi(runtime, cluster, job, cpus.threads, request.timeout, request.progress)
-    elif elastic is not None:
-        _local_elastic(runtime, request, elastic)
+            launch_slurm_mpi(runtime, request)
+    elif request.elastic is not None:
+        _local_elastic(runtime, request)
     elif request.launcher == "gloo":
-        ranks = placements([(socket.gethostname(), job.ranks)])
-        launch_gloo_local(runtime, ranks, job.argv(), job.logs_dir, job.paths(), request.timeout, cpus, request.iface,
-                          request.progress)
+        launch_gloo_local(runtime, request)
     else:
-        launch_mpi_local(runtime, job.ranks, job.argv(), job.logs_dir, job.paths(), request.timeout, cpus,
-                         progress=request.progress)
+        launch_mpi_local(runtime, request)
 
 
-def _local_elastic(runtime: Runtime, request: LaunchRequest, elastic: ElasticLaunch) -> None:
+def _local_elastic(runtime: Runtime, request: LaunchRequest) -> None:
     """An elastic run on this machine: one one-rank slot per slot of the job (each with its cores), Horovod's driver
     in the runtime, workers started here (:mod:`hvdflow.launch.elastic`)."""
     job, cpus = request.job, request.cpus
@@ -51,5 +46,4 @@ def _local_elastic(runtime: Runtime, request: LaunchRequest, elastic: ElasticLau
     with ranks_tmpdir(job.logs_dir) as tmp_env:
         workers = LocalWorkers(runtime, socket.gethostname(), slots, [cpus.cores_of(i) for i in range(slots)],
                                tmp_env, [job.logs_dir, *job.paths()])
-        launch_elastic(runtime, workers, job.argv(), job.logs_dir, job.out_dir, job.paths(), elastic.ranks,
-                       elastic.settings, "127.0.0.1", request.iface, request.timeout, request.progress)
+        launch_elastic(runtime, workers, ElasticJob.of(request, job.argv(), job.paths(), "127.0.0.1", request.iface))

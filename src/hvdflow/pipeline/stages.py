@@ -24,9 +24,8 @@ from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.heartbeat import progress_seconds
 from hvdflow.launch import faults
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
-from hvdflow.launch.elastic import ElasticSettings
 from hvdflow.launch.job import TrainingJob
-from hvdflow.launch.request import ElasticLaunch, LaunchRequest
+from hvdflow.launch.request import ElasticLaunch, ElasticSettings, LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
 from hvdflow.pipeline.dispatch import launch

@@ -41,6 +41,7 @@ from hvdflow.pipeline.stages import (
     train,
 )
 from hvdflow.slurm.requeue import requeue_or_explain
+from hvdflow_wire.user_code import USER_CODE_WARNING
 
 
 @contextmanager
@@ -247,11 +248,15 @@ def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Map
         user = spec.user_model(f"experiments.{params.name}.model")
         if user is None:
             raise LaunchError(f"experiment {params.name} trains a built-in model; there is no code to check")
+        run_log = Path(log[0]).resolve().with_suffix(".run.log")
         built = check_user_model(runtime_for(profile, Path(input.image), Path(config["catalog"])), user,
-                                 Path(input.index).parent.resolve(), Path(output.check).resolve(),
-                                 Path(log[0]).resolve().with_suffix(".run.log"), profile.step_timeout,
-                                 spec.deterministic, spec.framework)
+                                 Path(input.index).parent.resolve(), Path(output.check).resolve(), run_log,
+                                 profile.step_timeout, spec.deterministic, spec.framework)
         print(f"hvdflow: {user.entry} of {user.code}: {built['summary']}")
+        for line in run_log.read_text(errors="replace").splitlines():
+            if line.startswith(USER_CODE_WARNING):  # the check's warnings (random ops a resume cannot continue) where users look
+                print(line)
+                note(Path(log[0]), line)
 
 
 def evaluate_rule(input: Any, output: Any, log: Any, params: Any, config: Mapping[str, Any],

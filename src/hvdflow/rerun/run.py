@@ -28,7 +28,7 @@ from hvdflow.rerun import inputs
 from hvdflow.rerun.compare import DEFAULT_TOLERANCE, Comparison, compare, table
 from hvdflow.rerun.recreate import Settings, read_record, recreate, workdir_of
 from hvdflow.rerun.user_code import restore_user_code
-from hvdflow.rerun.worktree import check_out, repository_of
+from hvdflow.rerun.worktree import check_out, remove, repository_of
 
 LOG_TAIL = 3000
 
@@ -115,7 +115,11 @@ def rerun(request: RerunRequest) -> Comparison:
           + (" with the recorded uncommitted changes" if checkout.diff_applied else ""), flush=True)
     if checkout.note:
         print(f"hvdflow rerun: note: {checkout.note}", flush=True)
-    restored = restore_user_code(record, workdir, into)
+    try:
+        restored = restore_user_code(record, workdir, into)
+    except RerunRefused as exc:
+        remove(repo, into)  # nothing ran there: a refused rerun leaves no worktree behind
+        raise RerunRefused(f"{exc} (the rerun's worktree {into} was removed)") from None
     for line in restored:
         print(f"hvdflow rerun: {line}", flush=True)
     settings = recreate(record, into, NO_REGISTRY if request.image_archive else request.registry)

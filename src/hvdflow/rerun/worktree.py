@@ -87,9 +87,16 @@ def check_out(code: Mapping[str, Any], repo: Path, into: Path, allow_dirty: bool
     if patch is not None:
         applied = subprocess.run(["git", "-C", str(into), "apply", "--index", "--binary", "-"], input=patch, capture_output=True)
         if applied.returncode != 0:
+            remove(repo, into)
             raise RerunRefused(f"the record's uncommitted changes do not apply to {commit} in {into}: "
                                f"{applied.stderr.decode(errors='replace').strip()}")
     return Checkout(root=into, commit=commit, diff_applied=patch is not None, note=note)
+
+
+def remove(repo: Path, into: Path) -> None:
+    """Remove the worktree ``into`` of ``repo`` (a rerun refused before it ran): its folder and git's record of it."""
+    _git(repo, "worktree", "remove", "--force", str(into), check=False)
+    _git(repo, "worktree", "prune", check=False)
 
 
 def _head(repo: Path) -> str:

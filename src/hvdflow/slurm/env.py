@@ -11,7 +11,7 @@ import re
 from typing import Mapping, Optional
 
 from hvdflow.errors import LaunchError
-from hvdflow.launch.rank_env import RankPlacement
+from hvdflow_wire.placement import Placement
 
 _COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 
@@ -34,7 +34,7 @@ def _int(env: Mapping[str, str], name: str) -> int:
         raise LaunchError(f"${name} is not set to a number: not a task of a Slurm job step (started by srun)?") from None
 
 
-def slurm_placement(env: Mapping[str, str]) -> RankPlacement:
+def slurm_placement(env: Mapping[str, str]) -> Placement:
     """This task's Horovod placement from srun's variables; any distribution, uneven counts per node allowed.
 
     The cross communicator of a rank holds the ranks with its local rank on other nodes, in node order.
@@ -46,7 +46,7 @@ def slurm_placement(env: Mapping[str, str]) -> RankPlacement:
         raise LaunchError(f"SLURM_NODEID={node} but the step has {len(counts)} nodes")
     peers = [i for i, count in enumerate(counts) if count > local_rank]
     hostname = env.get("SLURMD_NODENAME") or env.get("HOSTNAME") or f"node{node}"
-    return RankPlacement(_int(env, "SLURM_PROCID"), sum(counts), local_rank, counts[node], peers.index(node),
+    return Placement(_int(env, "SLURM_PROCID"), sum(counts), local_rank, counts[node], peers.index(node),
                          len(peers), hostname)
 
 

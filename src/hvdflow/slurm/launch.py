@@ -32,11 +32,11 @@ from typing import Callable, Iterator, Optional, Sequence, TypeVar
 from hvdflow.code_location import with_this_hvdflow
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.launch.elastic import launch_elastic
+from hvdflow.launch.elastic import ElasticJob, launch_elastic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
-from hvdflow.launch.request import ElasticLaunch
+from hvdflow.launch.request import LaunchRequest
 from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
 from hvdflow.slurm.elastic import SlurmWorkers
@@ -228,23 +228,30 @@ def _rank_tasks(runtime: Runtime, launcher: str, cluster: SlurmCluster, job: Tra
     return rank_program(sys.executable, logs / "task.json")
 
 
-def launch_slurm_gloo(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_per_task: int,
-                      timeout: Optional[float], progress: Optional[Path] = None) -> None:
+def _in_slurm(request: LaunchRequest) -> tuple[SlurmCluster, TrainingJob, int, Optional[float], Optional[Path]]:
+    """``(cluster, job, CPUs per task, timeout, progress)`` of a request to run across the current Slurm job."""
+    if request.slurm is None:
+        raise LaunchError("a launch across a Slurm job's nodes needs the profile's slurm section")
+    return request.slurm, request.job, request.cpus.threads, request.timeout, request.progress
+
+
+def launch_slurm_gloo(runtime: Runtime, request: LaunchRequest) -> None:
     """Stage the dataset on every node, run the ranks as one srun step over Gloo, clean up.
 
-    Each rank's task gets ``cpus_per_task`` CPUs. Rank 0's progress lines go to ``progress`` (the rule's log) as
-    they come.
+    Each rank's task gets the CPU plan's threads as CPUs. Rank 0's progress lines go to the request's ``progress``
+    (the rule's log) as they come.
     """
+    cluster, job, cpus_per_task, timeout, progress = _in_slurm(request)
     with staged_job(runtime, cluster, job, cpus_per_task, timeout, progress=progress) as staged:
         program = _rank_tasks(runtime, "gloo", cluster, job, staged.staged)
         _train_gloo(runtime, cluster, ranks_step(cluster, job.ranks, job.nodes, program, cpus_per_task), job.logs_dir,
                     staged.env, timeout, progress)
 
 
-def launch_slurm_mpi(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, cpus_per_task: int,
-                     timeout: Optional[float], progress: Optional[Path] = None) -> None:
+def launch_slurm_mpi(runtime: Runtime, request: LaunchRequest) -> None:
     """Stage the dataset on every node, run the ranks from the host's mpirun through Slurm, clean up (as
     :func:`launch_slurm_gloo`)."""
+    cluster, job, cpus_per_task, timeout, progress = _in_slurm(request)
     with staged_job(runtime, cluster, job, cpus_per_task, timeout, progress=progress) as staged:
         program = _rank_tasks(runtime, "mpi", cluster, job, staged.staged)
         mpi_env = {**staged.env, **_allocation_env(staged.reports, staged.job_id, job.ranks, job.nodes)}
@@ -254,17 +261,17 @@ def launch_slurm_mpi(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, 
         _train_mpi(job.ranks, program, job.logs_dir, mpi_env, timeout, progress)
 
 
-def launch_slurm_elastic(runtime: Runtime, cluster: SlurmCluster, job: TrainingJob, elastic: ElasticLaunch,
-                         cpus_per_task: int, timeout: Optional[float], progress: Optional[Path] = None) -> None:
+def launch_slurm_elastic(runtime: Runtime, request: LaunchRequest) -> None:
     """Stage the dataset on every node, run an elastic run whose ranks are the workers of Horovod's elastic driver,
     each a job step of its own on the job's healthy nodes (:mod:`hvdflow.slurm.elastic`), clean up."""
+    cluster, job, cpus_per_task, timeout, progress = _in_slurm(request)
     with staged_job(runtime, cluster, job, cpus_per_task, timeout, elastic=True, progress=progress) as staged:
         address = rendezvous_address(cluster.network_interface)
         binds = [job.logs_dir, job.out_dir, staged.staged.parent, *job.read_paths]
         workers = SlurmWorkers(cluster, staged.job_id, max_tasks_per_node(job.ranks, job.nodes), cpus_per_task,
                                runtime, binds, staged.env, job.logs_dir, ranks_tmp(staged.staged.parent))
-        launch_elastic(runtime, workers, job.argv(staged.staged), job.logs_dir, job.out_dir, binds, elastic.ranks,
-                       elastic.settings, address, rank_interface(cluster.network_interface, address), timeout, progress)
+        launch_elastic(runtime, workers, ElasticJob.of(request, job.argv(staged.staged), binds, address,
+                                                       rank_interface(cluster.network_interface, address)))
 
 
 def clean_scratch(job_dir: Path, nodes: int, log: Path, env: dict[str, str], tries: int = 2) -> None:

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import (
+from ..measurement import (
     ALLREDUCE,
     SHAPES,
     bus_bandwidth,

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from ..faults import InjectedFailure
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
+from .checkpoints import floating_non_trainable
 
 
 def metric_variables(model) -> list:  # type: ignore[no-untyped-def,type-arg]
@@ -149,17 +150,30 @@ def run_control_callbacks(model, flag: StopFlag, rank: int, checkpoints, positio
 
 
 class AverageStatistics(tf.keras.callbacks.Callback):
-    """Averages the non-trainable weights (BatchNorm's moving mean and variance) over the ranks at the end of every
-    epoch.
+    """Averages the floating non-trainable weights (BatchNorm's moving mean and variance) over the ranks after the
+    last step of every epoch, before its validation.
 
     Horovod averages gradients only, so each rank's BatchNorm statistics follow its own share of the data and the
     ranks would end with different models; averaging them keeps the ranks identical (and, with tensor fusion off,
-    reproducible).
+    reproducible), and the epoch's validation and checkpoint see that one model. ``position`` is the run's (advanced
+    by the control callback after this one); a checkpoint taken mid-epoch holds every rank's own values
+    (:class:`~hvdflow_trainer.keras.checkpoints.RankStatistics`), so a resumed epoch averages what the uninterrupted
+    one would.
     """
 
-    def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
-        for i, weight in enumerate(self.model.non_trainable_weights):
-            weight.assign(hvd_tf.allreduce(weight.value(), op=hvd_tf.Average, name="non_trainable_%d" % i))
+    def __init__(self, position: Position, steps_per_epoch: int) -> None:
+        super().__init__()
+        self.position, self.steps_per_epoch = position, steps_per_epoch
+
+    def on_train_batch_end(self, batch, logs=None):  # type: ignore[no-untyped-def]
+        if self.position.step + 1 == self.steps_per_epoch:
+            average_over_ranks(floating_non_trainable(self.model))
+
+
+def average_over_ranks(weights: list) -> None:  # type: ignore[type-arg]
+    """Each of ``weights`` set to its average over the ranks (one allreduce each, in order; all ranks call it)."""
+    for i, weight in enumerate(weights):
+        weight.assign(hvd_tf.allreduce(weight.value(), op=hvd_tf.Average, name="non_trainable_%d" % i))
 
 
 class EpochTimer(tf.keras.callbacks.Callback):

@@ -35,15 +35,17 @@ from ..placement import pick_gpu
 from ..run_control import Position, StopFlag
 from ..user_code import user_model_of
 from .callbacks import AverageStatistics, EpochTimer, InjectedFailureCallback, ResumableWarmup, run_control_callbacks
-from .checkpoints import RunCheckpoints
+from .checkpoints import RunCheckpoints, floating_non_trainable
 from .data import first_labels, rank_dataset
 from .models import build_model, loss_and_metrics, sgd
 from .neighbours import Communication, NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
+from .randomness import use_resumable_generators
 
 
 def set_up_rank(args: argparse.Namespace) -> None:
-    """Horovod's init, this rank's GPU, the seed, deterministic ops and the rank's threads."""
+    """Horovod's init, this rank's GPU, the seed, resumable random layers, deterministic ops and the rank's
+    threads."""
     if args.deterministic_allreduce:
         # Tensor fusion packs whichever gradients are ready in one cycle into one buffer, and the ring (Gloo) or the
         # size-dependent algorithm (MPI) then sums each element in an order that depends on its place in the buffer:
@@ -56,6 +58,7 @@ def set_up_rank(args: argparse.Namespace) -> None:
         tf.config.set_visible_devices(gpu, "GPU")
         tf.config.experimental.set_memory_growth(gpu, True)
     tf.keras.utils.set_random_seed(args.seed)
+    use_resumable_generators()  # random layers built from here on checkpoint their generators' state
     if not args.no_op_determinism:
         tf.config.experimental.enable_op_determinism()
     # each op spreads over the rank's cores; ops run one after another (more inter-op threads would oversubscribe)
@@ -128,7 +131,23 @@ def open_checkpoints(args: argparse.Namespace, model, optimizer, per_rank: bool)
     with open(args.identity) as handle:
         identity = json.load(handle)
     return RunCheckpoints(args.checkpoint_dir, identity, args.keep_checkpoints, model, optimizer,
-                          hvd.rank(), hvd.size(), rank_barrier if per_rank else None)
+                          hvd.rank(), hvd.size(), rank_barrier if per_rank else None, gather_ranks)
+
+
+def gather_ranks(tensor: tf.Tensor, name: str) -> tf.Tensor:
+    """Every rank's ``tensor`` (its first axis of length 1) stacked in rank order (all ranks call it)."""
+    return hvd_tf.allgather(tensor, name=name)
+
+
+def broadcast_start(model) -> None:  # type: ignore[no-untyped-def]
+    """Rank 0's model to every rank, before the first step of a run that starts from scratch (the optimizer's
+    variables are the same zeros and rates on every rank then).
+
+    Horovod's ``BroadcastGlobalVariablesCallback`` does it after the first step of every ``fit`` it is given to,
+    which in a resumed run would overwrite each rank's own BatchNorm statistics with rank 0's where the uninterrupted
+    run did so only once; a resumed run needs none (every rank restored the same checkpoint and its own
+    statistics)."""
+    hvd_tf.broadcast_variables(model.variables, root_rank=0)
 
 
 def resume(checkpoints: RunCheckpoints
@@ -158,17 +177,14 @@ class FitLoop:
         self.neighbours, self.scaled_lr, self.nominal, self.timer = neighbours, scaled_lr, nominal, timer
 
     def callbacks(self, layout: Layout, position: Position, first, control, warmup) -> list:  # type: ignore[no-untyped-def,type-arg]
-        """``fit``'s callbacks, in order: run control's first, Horovod's, the warm-up, the timer, the communication
-        figures, a test's injected failure (none unless asked for), run control's last."""
-        if self.neighbours is not None:
-            callbacks = [first, hvd.callbacks.MetricAverageCallback(), warmup, self.timer]
-        else:
-            # an elastic run's state is broadcast by Horovod's sync before this loop runs
-            callbacks = [first] + ([] if self.args.elastic_ranks else [hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
-            callbacks += [hvd.callbacks.MetricAverageCallback()]
-            if self.model.non_trainable_weights:
-                callbacks.append(AverageStatistics())
-            callbacks += [warmup, self.timer]
+        """``fit``'s callbacks, in order: run control's first, Horovod's metric average, the statistics' average
+        (before the epoch's validation), the warm-up, the timer, the communication figures, a test's injected failure
+        (none unless asked for), run control's last. Rank 0's start is broadcast before ``fit``
+        (:func:`broadcast_start`)."""
+        callbacks = [first, hvd.callbacks.MetricAverageCallback()]
+        if self.neighbours is None and floating_non_trainable(self.model):
+            callbacks.append(AverageStatistics(position, layout.steps_per_epoch))
+        callbacks += [warmup, self.timer]
         callbacks.append(Communication(self.model, self.neighbours, layout.size))
         callbacks += [InjectedFailureCallback(failure, layout.rank, position) for failure in injected_failures(self.args)]
         callbacks.append(control)
@@ -211,10 +227,8 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
     start = Position(position.epoch, position.step)
     timer = EpochTimer()
     loop = FitLoop(args, flag, model, checkpoints, neighbours, scaled_lr, nominal, timer)
-    if neighbours is not None and not resumed:
-        # Horovod's broadcast runs after the first step and would undo the other ranks' own steps: the start is
-        # broadcast here instead (a resumed rank keeps its own restored state)
-        hvd_tf.broadcast_variables(model.variables, root_rank=0)
+    if not resumed and not args.elastic_ranks:  # an elastic run's state is broadcast by Horovod's sync
+        broadcast_start(model)
     make_layout = functools.partial(Layout, args, data, args.batch_size * nominal)
     elastic = None
     if args.elastic_ranks:

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from hvdflow_wire.names import BUILT_IN_MODELS
+
 from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user, call, load_function
 
-MODELS = ("mlp", "small-cnn", "resnet50")
+MODELS = BUILT_IN_MODELS
 CNN_FILTERS = (32, 64, 128)
 RESNET_MIN_SIZE = 32
 
@@ -139,11 +141,15 @@ def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int,
                      deterministic: bool = True) -> Dict[str, Any]:
     """Build the user's model for the dataset, compile it as training does and take one step on two zero samples
     (under TensorFlow's op determinism, unless the experiment says ``deterministic: false``); what was built
-    (parameters, output shape). UserCodeError naming what fails, an op without a deterministic kernel included."""
+    (parameters, output shape, and the random ops whose position a resume cannot restore,
+    ``unresumable_random_ops``). UserCodeError naming what fails, an op without a deterministic kernel included."""
     import numpy as np
     import tensorflow as tf
 
+    from .randomness import unresumable_random_ops, use_resumable_generators
+
     tf.keras.utils.set_random_seed(seed)
+    use_resumable_generators()  # as training builds it
     if deterministic:
         tf.config.experimental.enable_op_determinism()
     try:
@@ -171,4 +177,5 @@ def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int,
     except (ValueError, TypeError) as exc:
         raise UserCodeError("%s: a training step of the built model failed: %s" % (user.build, exc)) from None
     return {"build": user.build, "parameters": int(model.count_params()), "output_shape": list(model.output_shape),
-            "input_shape": list(shape), "num_classes": num_classes, "multi_label": multi_label}
+            "input_shape": list(shape), "num_classes": num_classes, "multi_label": multi_label,
+            "unresumable_random_ops": unresumable_random_ops(model, shape)}

@@ -10,16 +10,19 @@ evaluate, plot and record rules read (:mod:`.outputs`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 from typing import Any, Dict, Iterator, List, NoReturn, Tuple
 
 import horovod.tensorflow as hvd_tf
 import tensorflow as tf
 
+from ..faults import injected_failures
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
-from ..script import ScriptEpochs
+from ..script_run import ScriptEpochs, ranks_disagree
 from ..user_code import UserCodeError, user_model_of
-from .callbacks import EpochTimer, agree
-from .fit import Dataset, Layout, open_checkpoints, resume, set_up_rank
+from .callbacks import EpochTimer, agree, average_over_ranks
+from .checkpoints import floating_non_trainable
+from .fit import Dataset, Layout, broadcast_start, open_checkpoints, resume, set_up_rank
 from .outputs import write_rank_result, write_run_outputs
 
 REPORTED = ("loss", "accuracy", "val_loss", "val_accuracy")
@@ -55,21 +58,26 @@ class ScriptRun(ScriptEpochs):
         self.validation = self._layout.val_data
         self._position, self._start, self._history = Position(0, 0), Position(0, 0), []  # type: ignore[var-annotated]
         self._timer, self._model, self._checkpoints = EpochTimer(), None, None
-        self._epoch_open, self._stop_at_epoch_end = False, False
+        self._epoch_open, self._stop_at_epoch_end, self._statistics_averaged = False, False, False
+        self._failures = injected_failures(args)
         self.finished = False
 
     def track(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer) -> None:
-        """Checkpoint ``model`` and ``optimizer`` with the run, and restore the newest sound checkpoint of this run
-        (every rank the same one): :meth:`epochs` then starts after it. Call it once, before the loop."""
+        """Checkpoint ``model`` and ``optimizer`` with the run (its weights, every rank's BatchNorm statistics, its
+        random layers' generators), and restore the newest sound checkpoint of this run (every rank the same one):
+        :meth:`epochs` then starts after it. A run from scratch starts from rank 0's model. Call it once, before the
+        loop."""
         self._model = model
         self._checkpoints = open_checkpoints(self._args, model, optimizer, per_rank=False)
-        _, _, position, history = resume(self._checkpoints)
+        resumed, _, position, history = resume(self._checkpoints)
         self._position, self._history = position, history
         self._start = Position(position.epoch, position.step)
-        hvd_tf.broadcast_variables(model.variables, root_rank=0)
+        if not resumed:
+            broadcast_start(model)
 
     def _epoch_begins(self) -> None:
         self._timer.on_epoch_begin(self._position.epoch)
+        self._statistics_averaged = False
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[tf.Tensor, tf.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` in the epoch-keyed order (a function of the seed, the epoch and
@@ -86,6 +94,8 @@ class ScriptRun(ScriptEpochs):
         :meth:`stop`. Every rank must call it at the same points (it is an allreduce), after a step is done. After an
         epoch's last step it says False and the stop comes at :meth:`end_epoch`, after the epoch's row and checkpoint
         (as in hvdflow's own loop: a resumed run never starts with an empty epoch)."""
+        for failure in self._failures:  # a test's injected failure, after this step
+            failure.after_step(self.rank, self._position.epoch, self._position.step)
         stop = bool(agree(1 if self._flag.signal else 0, "hvdflow_stop"))
         if stop and self._position.step >= self.steps_per_epoch:
             self._stop_at_epoch_end = True
@@ -108,7 +118,11 @@ class ScriptRun(ScriptEpochs):
 
     def validate(self, model: tf.keras.Model) -> Dict[str, float]:
         """``val_loss`` and ``val_accuracy`` of ``model`` on this rank's validation share, with the task's loss and
-        accuracy (those hvdflow's own loop compiles with); :meth:`end_epoch` averages them over the ranks."""
+        accuracy (those hvdflow's own loop compiles with); :meth:`end_epoch` averages them over the ranks. Every rank
+        calls it: first the model's non-trainable state (BatchNorm's statistics, which each rank's steps moved on its
+        own data) is averaged over the ranks, as :meth:`end_epoch` would, so the ranks validate one model."""
+        self._tracked("validate")
+        self._average_statistics()
         if self.multi_label:
             loss, accuracy = tf.keras.metrics.BinaryCrossentropy(), tf.keras.metrics.BinaryAccuracy()
         else:
@@ -121,8 +135,12 @@ class ScriptRun(ScriptEpochs):
 
     def end_epoch(self, metrics: Dict[str, float]) -> None:
         """End the epoch: ``metrics`` (at least :data:`REPORTED`) averaged over the ranks into the history, rank 0's
-        progress line, a checkpoint when one is due, and the agreed stop at the epoch's end. Every rank calls it."""
+        progress line, a checkpoint when one is due, and the agreed stop at the epoch's end. Every rank calls it.
+        The model's non-trainable state is averaged over the ranks first, unless :meth:`validate` did this epoch."""
         self._tracked("end_epoch")
+        self._average_statistics()
+        for failure in self._failures:  # a test's injected failure, at the epoch's end before its checkpoint
+            failure.after_epoch(self.rank, self._position.epoch)
         missing = [key for key in REPORTED if key not in metrics]
         if missing:
             raise UserCodeError("run.end_epoch(metrics): metrics lacks %s (the report plots %s)"
@@ -143,16 +161,29 @@ class ScriptRun(ScriptEpochs):
 
     def finish(self) -> None:
         """After the last epoch: rank 0 writes the model, ``history.csv``, TensorBoard logs and ``metrics.json`` and
-        closes the run's checkpoints; every rank writes its result (the sha256 of its weights). Every rank calls it."""
+        closes the run's checkpoints; every rank writes its result (the sha256 of its weights). Every rank calls it.
+        UserCodeError naming the variables where the ranks' models differ."""
         self._tracked("finish")
         if self._position.epoch < self.epochs:
             raise UserCodeError("run.finish() after %d of %d epochs" % (self._position.epoch, self.epochs))
+        trainable = {id(v) for v in self._model.trainable_variables}  # type: ignore[union-attr]
+        mine = [(v.name, hashlib.sha256(v.numpy().tobytes()).hexdigest(), id(v) in trainable)
+                for v in self._model.variables]  # type: ignore[union-attr]
+        differ = ranks_disagree(hvd_tf.allgather_object(mine, name="hvdflow_variable_digests"))
+        if differ:
+            raise UserCodeError(differ)
         if self.rank == 0:
             write_run_outputs(self._args.out, self._model, self._history, self.epochs, self._timer,
                               self.steps_per_epoch)
             self._checkpoints.finish()  # type: ignore[union-attr]
         write_rank_result(self._args, self._model, None, self._position, self._start, self._timer, self._layout)
         self.finished = True
+
+    def _average_statistics(self) -> None:
+        """The model's floating non-trainable weights averaged over the ranks, once an epoch."""
+        if not self._statistics_averaged:
+            average_over_ranks(floating_non_trainable(self._model))
+            self._statistics_averaged = True
 
     def _tracked(self, call: str) -> None:
         if self._checkpoints is None:

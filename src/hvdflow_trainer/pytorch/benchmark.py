@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Dict, List
 
-from ..benchmark import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, long_enough_window, rank_facts
+from ..measurement import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, long_enough_window, rank_facts
 
 
 def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]

@@ -2,7 +2,9 @@
 (:class:`~hvdflow_trainer.checkpoints.CheckpointManifest`).
 
 One file per checkpoint, ``ckpt-<global step>.pt`` (``torch.save``): the model's state (parameters and buffers), the
-optimizer's (momentum buffers, learning rate) and the random generators' (torch's CPU generator, numpy's, Python's).
+optimizer's (momentum buffers, learning rate), the random generators' (torch's CPU generator, numpy's, Python's) and
+every rank's own floating buffers (BatchNorm's running statistics follow each rank's data between two epoch ends,
+where the loop averages them: a checkpoint taken mid-epoch gives each rank its own back).
 The position in the epoch, the history and the epoch's running sums go into the manifest entry, which rank 0 writes
 after the file. Rank 0 saves; every rank loads the same file, so all continue from identical state; the ranks meet
 after a save, so none leaves before the checkpoint is on disk. When the ranks' states differ (neighbour averaging),
@@ -15,7 +17,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -42,10 +44,16 @@ class RunCheckpoints:
 
     def __init__(self, folder: str, identity: Dict[str, object], keep: int, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer, rank: int, size: int, barrier: Callable[[], None],
-                 per_rank: bool = False) -> None:
-        """``per_rank``: every rank saves its own state (see the module's docstring); ``barrier``: all ranks meet."""
+                 gather: Callable[[Any], List[Any]], per_rank: bool = False) -> None:
+        """``per_rank``: every rank saves its own state (see the module's docstring); ``barrier``: all ranks meet;
+        ``gather``: every rank's object, in rank order (all ranks call it)."""
         self.manifest = CheckpointManifest(folder, identity, keep, rank, size, per_rank)
-        self.folder, self.model, self.optimizer, self.barrier = folder, model, optimizer, barrier
+        self.folder, self.model, self.optimizer, self.barrier, self.gather = folder, model, optimizer, barrier, gather
+
+    def _own_buffers(self) -> Dict[str, torch.Tensor]:
+        """This rank's floating buffers, by name, copied to the CPU."""
+        return {name: buffer.detach().cpu().clone() for name, buffer in self.model.named_buffers()
+                if buffer.is_floating_point()}
 
     def follow(self, rank: int, size: int) -> None:
         """This process is now ``rank`` of ``size`` (:meth:`CheckpointManifest.follow`)."""
@@ -61,6 +69,12 @@ class RunCheckpoints:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
             set_rng_state(state["rng"])
+            rows = state.get("rank_buffers")
+            if rows is not None and len(rows) == self.manifest.size:  # else an epoch end's, where all are rank 0's
+                buffers = dict(self.model.named_buffers())
+                with torch.no_grad():
+                    for name, value in rows[self.manifest.rank].items():
+                        buffers[name].copy_(value)
         return entry
 
     def save(self, epoch: int, step: int, steps_per_epoch: int, state: Dict[str, object], reason: str
@@ -70,12 +84,17 @@ class RunCheckpoints:
         entry = None
         started = time.perf_counter()
         name = "ckpt-%d" % (epoch * steps_per_epoch + step)
+        saved: Dict[str, object] = {}
+        if not self.manifest.per_rank:
+            own = self._own_buffers()
+            if own:
+                saved["rank_buffers"] = self.gather(own)
         if self.manifest.rank == 0 or self.manifest.per_rank:
             path = self.manifest.own_files(name) + ".pt"
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with replaced(path, mode="wb", durable=True) as handle:
                 torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                            "rng": rng_state()}, handle)
+                            "rng": rng_state(), **saved}, handle)
         if self.manifest.per_rank:
             self.barrier()  # every rank's file is written before rank 0 hashes them and writes the manifest
         if self.manifest.rank == 0:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..benchmark import interface_address
+from ..network import interface_address
 
 STORE_SCOPE = "hvdflow-ddp"
 """The rendezvous server's scope where rank 0 publishes its TCPStore's ``host:port``."""
@@ -216,7 +216,10 @@ class DdpRanks(Ranks):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = None if self.gpu is None else [self.gpu]
-        return DistributedDataParallel(model, device_ids=ids), optimizer
+        # buffers (BatchNorm's running statistics) as Horovod's API has them: each rank's own, averaged over the
+        # ranks at the epoch's end (by the loop), not rank 0's broadcast before every forward (DDP's default), so
+        # that both modes train one model, bit for bit
+        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False), optimizer
 
     def broadcast_start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         # DistributedDataParallel broadcasts rank 0's parameters and buffers when it wraps the model; the optimizer's

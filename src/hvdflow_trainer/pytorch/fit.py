@@ -153,6 +153,15 @@ def validation_metrics(net: torch.nn.Module, layout: Layout, loss_of: Metric, me
     return epoch_row(sums, metrics, ranks, "val_")
 
 
+def average_buffers(model: torch.nn.Module, ranks: Ranks) -> None:
+    """BatchNorm's running statistics (the floating buffers) averaged over the ranks, as the Keras trainer does (every
+    rank calls it)."""
+    with torch.no_grad():
+        for buffer in model.buffers():
+            if buffer.is_floating_point():
+                buffer.copy_(ranks.allreduce_mean(buffer.double()).reshape(buffer.shape).to(buffer))
+
+
 def read_identity(args: argparse.Namespace) -> Dict[str, object]:
     """The run's identity (the launcher's ``--identity`` file): whose checkpoints this run may resume."""
     with open(args.identity) as handle:
@@ -233,13 +242,6 @@ class StepLoop:
         with torch.no_grad():
             add_batch(sums, float(loss.item()), logits.detach(), y, self.layout.multi, self.metrics)
 
-    def average_statistics(self) -> None:
-        """BatchNorm's running statistics (the floating buffers) averaged over the ranks, as the Keras trainer does."""
-        with torch.no_grad():
-            for buffer in self.model.buffers():
-                if buffer.is_floating_point():
-                    buffer.copy_(self.ranks.allreduce_mean(buffer.double()).reshape(buffer.shape).to(buffer))
-
     def consensus_distance(self) -> float:
         """The ranks' mean L2 distance of their weights from the ranks' average (0 for one model)."""
         # in float64 the sum of the ranks' float32 weights is exact: ranks that hold one model are 0 apart
@@ -271,7 +273,7 @@ class StepLoop:
                     if position.step < layout.steps_per_epoch:
                         self.stop(position, history, sums)
                     stop_at_epoch_end = True
-            self.average_statistics()
+            average_buffers(self.model, self.ranks)
             row = {**epoch_row(sums, self.metrics, self.ranks), "lr": float(self.optimizer.param_groups[0]["lr"]),
                    **validation_metrics(self.net, layout, self.loss, self.metrics, self.device, self.ranks),
                    "consensus_distance": self.consensus_distance(),
@@ -319,7 +321,8 @@ def train(args: argparse.Namespace, flag: StopFlag) -> None:
         # the checkpoint is restored into (and saved from) the one that steps
         net, optimizer = ranks.wrap(model, optimizer)
     checkpoints = RunCheckpoints(args.checkpoint_dir, read_identity(args), args.keep_checkpoints, model, optimizer,
-                                 ranks.rank, ranks.size, ranks.barrier, per_rank=neighbours is not None)
+                                 ranks.rank, ranks.size, ranks.barrier, ranks.allgather_object,
+                                 per_rank=neighbours is not None)
     resumed = checkpoints.restore()
     saved = dict(resumed["state"]) if resumed else {}  # type: ignore[arg-type]
     history: List[Dict[str, float]] = list(saved.get("history", []))  # type: ignore[arg-type]

@@ -25,9 +25,11 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from hvdflow_wire.names import BUILT_IN_MODELS
+
 from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user, call, load_function, user_frame
 
-MODELS = ("mlp", "small-cnn", "resnet50")
+MODELS = BUILT_IN_MODELS
 CNN_FILTERS = (32, 64, 128)
 RESNET_MIN_SIZE = 32
 

@@ -12,17 +12,19 @@ mode (Horovod's ``DistributedOptimizer``, or ``DistributedDataParallel``); the m
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import time
 from typing import Any, Dict, Iterator, List, NoReturn, Optional, Tuple
 
 import torch
 
+from ..faults import injected_failures
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
-from ..script import ScriptEpochs
+from ..script_run import ScriptEpochs, ranks_disagree
 from ..user_code import UserCodeError, user_model_of
 from .checkpoints import RunCheckpoints
-from .fit import Layout, read_identity, set_up_rank, validation_metrics
+from .fit import Layout, average_buffers, read_identity, set_up_rank, validation_metrics
 from .models import loss_function, tensor_shape
 from .outputs import write_rank_result, write_run_outputs
 
@@ -63,6 +65,8 @@ class ScriptRun(ScriptEpochs):
         self._model: Optional[torch.nn.Module] = None
         self._checkpoints: Optional[RunCheckpoints] = None
         self._epoch_open, self._stop_at_epoch_end, self._started = False, False, time.perf_counter()
+        self._statistics_averaged = False
+        self._failures = injected_failures(args)
         self.seconds: List[float] = []
         self.first_step_unix: Optional[float] = None
         self.finished = False
@@ -76,7 +80,7 @@ class ScriptRun(ScriptEpochs):
         self._model = model
         self._checkpoints = RunCheckpoints(self._args.checkpoint_dir, read_identity(self._args),
                                            self._args.keep_checkpoints, model, optimizer, self.rank, self.size,
-                                           self._ranks.barrier)
+                                           self._ranks.barrier, self._ranks.allgather_object)
         resumed = self._checkpoints.restore()
         if resumed:
             self._position = Position(int(resumed["epoch"]), int(resumed["step"]))  # type: ignore[arg-type]
@@ -88,6 +92,7 @@ class ScriptRun(ScriptEpochs):
 
     def _epoch_begins(self) -> None:
         self._started = time.perf_counter()
+        self._statistics_averaged = False
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` on the rank's device, in the epoch-keyed order, less those
@@ -103,6 +108,8 @@ class ScriptRun(ScriptEpochs):
         """True on every rank together once any rank got a stop signal; then call :meth:`stop`. An allreduce: every
         rank calls it at the same points, after a step. After an epoch's last step it says False and the stop comes
         at :meth:`end_epoch`."""
+        for failure in self._failures:  # a test's injected failure, after this step
+            failure.after_step(self.rank, self._position.epoch, self._position.step)
         stop = bool(self._ranks.allreduce_max(1 if self._flag.signal else 0))
         if stop and self._position.step >= self.steps_per_epoch:
             self._stop_at_epoch_end = True
@@ -122,13 +129,20 @@ class ScriptRun(ScriptEpochs):
 
     def validate(self, model: torch.nn.Module) -> Dict[str, float]:
         """``val_loss`` and ``val_accuracy`` of ``model`` (logits) on the ranks' validation shares with the task's
-        loss and accuracy, averaged over the ranks (every rank calls it)."""
+        loss and accuracy, averaged over the ranks (every rank calls it). First the module's floating buffers
+        (BatchNorm's running statistics, which each rank's steps moved on its own data) are averaged over the ranks,
+        as :meth:`end_epoch` would, so the ranks validate one model."""
+        self._average_statistics()
         return validation_metrics(model, self._layout, self.loss, {}, self.device, self._ranks)
 
     def end_epoch(self, metrics: Dict[str, float]) -> None:
         """End the epoch: ``metrics`` (at least :data:`REPORTED`) averaged over the ranks into the history, rank 0's
-        progress line, a checkpoint when one is due, and the agreed stop at the epoch's end. Every rank calls it."""
+        progress line, a checkpoint when one is due, and the agreed stop at the epoch's end. Every rank calls it.
+        The module's floating buffers are averaged over the ranks first, unless :meth:`validate` did this epoch."""
         checkpoints = self._tracked("end_epoch")
+        self._average_statistics()
+        for failure in self._failures:  # a test's injected failure, at the epoch's end before its checkpoint
+            failure.after_epoch(self.rank, self._position.epoch)
         missing = [key for key in REPORTED if key not in metrics]
         if missing:
             raise UserCodeError("run.end_epoch(metrics): metrics lacks %s (the report plots %s)"
@@ -149,10 +163,17 @@ class ScriptRun(ScriptEpochs):
     def finish(self) -> None:
         """After the last epoch: rank 0 writes the model (TorchScript, traced on one training batch), history,
         TensorBoard logs and metrics and closes the run's checkpoints; every rank writes its result. Every rank
-        calls it."""
+        calls it. UserCodeError naming the parameters and buffers where the ranks' modules differ."""
         checkpoints = self._tracked("finish")
         if self._position.epoch < self.epochs:
             raise UserCodeError("run.finish() after %d of %d epochs" % (self._position.epoch, self.epochs))
+        model = self._model
+        assert model is not None
+        mine = [(name, hashlib.sha256(tensor.detach().cpu().numpy().tobytes()).hexdigest(), name in parameters)
+                for parameters in [dict(model.named_parameters())] for name, tensor in model.state_dict().items()]
+        differ = ranks_disagree(self._ranks.allgather_object(mine))
+        if differ:
+            raise UserCodeError(differ)
         if self.rank == 0:
             write_run_outputs(self._args, self._model, self._layout, self._history, self.seconds, self._traced())  # type: ignore[arg-type]
             checkpoints.finish()
@@ -170,6 +191,13 @@ class ScriptRun(ScriptEpochs):
         with torch.no_grad():
             torch.jit.save(torch.jit.trace(model, x.to(self.device)), buffer)
         return buffer.getvalue()
+
+    def _average_statistics(self) -> None:
+        """The module's floating buffers averaged over the ranks, once an epoch."""
+        if not self._statistics_averaged:
+            self._tracked("validate")
+            average_buffers(self._model, self._ranks)  # type: ignore[arg-type]
+            self._statistics_averaged = True
 
     def _tracked(self, call: str) -> RunCheckpoints:
         if self._checkpoints is None:
