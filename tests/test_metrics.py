@@ -10,6 +10,9 @@ import pytest
 
 from hvdflow.pipeline.plots import plot_per_class, wrap_label
 from hvdflow_trainer.metrics import average_precision, multi_label_metrics, single_label_metrics
+from hvdflow_wire import WireError
+from hvdflow_wire.evaluation import read_evaluation
+from hvdflow_wire.values import to_json
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # 4 samples, 3 classes; class c has no positives but one false positive (sample 1 scores 0.6)
@@ -38,7 +41,7 @@ def test_average_precision_of_a_class_without_positives_is_none() -> None:
 
 
 def test_multi_label_metrics_of_a_known_example() -> None:
-    metrics = multi_label_metrics(TRUTH, SCORES, ["a", "b", "c"])
+    metrics = to_json(multi_label_metrics(TRUTH, SCORES, ["a", "b", "c"]))
     # a: tp 1 (sample 0), fp 1 (sample 2), fn 1 (sample 1); b: tp 2; c: fp 1 only
     assert metrics["per_class"] == {
         "a": {"precision": 0.5, "recall": 0.5, "f1": 0.5, "average_precision": pytest.approx(5 / 6), "support": 2},
@@ -62,7 +65,8 @@ def test_multi_label_metrics_of_a_known_example() -> None:
 def test_multi_label_metrics_are_plain_json_values() -> None:
     import numpy as np
 
-    metrics = multi_label_metrics(np.array(TRUTH, dtype="float32"), np.array(SCORES, dtype="float32"), ["a", "b", "c"])
+    metrics = to_json(multi_label_metrics(np.array(TRUTH, dtype="float32"), np.array(SCORES, dtype="float32"),
+                                          ["a", "b", "c"]))
     assert json.loads(json.dumps(metrics)) == metrics
     values = [metrics["micro"]["f1"], metrics["macro"]["f1"], metrics["per_class"]["a"]["average_precision"],
               metrics["mean_average_precision"], metrics["micro_average_precision"], metrics["subset_accuracy"]]
@@ -73,9 +77,9 @@ def test_multi_label_metrics_are_plain_json_values() -> None:
 def test_the_threshold_decides_the_predictions() -> None:
     metrics = multi_label_metrics(TRUTH, SCORES, ["a", "b", "c"], threshold=0.65)
     # a: only sample 0 (0.9) is predicted, b: samples 1 and 2, c: none
-    assert metrics["per_class"]["a"]["precision"] == 1.0 and metrics["per_class"]["a"]["recall"] == 0.5
-    assert metrics["micro"] == pytest.approx({"precision": 1.0, "recall": 3 / 4, "f1": 6 / 7})
-    assert metrics["subset_accuracy"] == 0.75
+    assert metrics.per_class["a"].precision == 1.0 and metrics.per_class["a"].recall == 0.5
+    assert to_json(metrics.micro) == pytest.approx({"precision": 1.0, "recall": 3 / 4, "f1": 6 / 7})
+    assert metrics.subset_accuracy == 0.75
 
 
 def test_multi_label_metrics_check_shapes() -> None:
@@ -83,8 +87,23 @@ def test_multi_label_metrics_check_shapes() -> None:
         multi_label_metrics(TRUTH, SCORES, ["a", "b"])
 
 
-def test_single_label_metrics_report_the_task() -> None:
-    assert single_label_metrics([0, 1], [0, 1], ["a", "b"])["task"] == "single-label"
+def test_evaluation_json_is_written_and_read_back_as_its_task_says(tmp_path: Path) -> None:
+    single = single_label_metrics([0, 1, 1], [0, 1, 0], ["a", "b"])
+    multi = multi_label_metrics(TRUTH, SCORES, ["a", "b", "c"])
+    for name, evaluation in (("single", single), ("multi", multi)):
+        evaluation.write(str(tmp_path / f"{name}.json"))
+        assert read_evaluation(str(tmp_path / f"{name}.json")) == evaluation
+    written = json.loads((tmp_path / "single.json").read_text())
+    assert written["task"] == "single-label" and written["confusion_matrix"] == [[1, 0], [1, 1]]
+    assert written["per_class"]["b"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
+    assert json.loads((tmp_path / "multi.json").read_text())["task"] == "multi-label"
+    # a file of another task, or one a key short, is named with what is wrong
+    (tmp_path / "bad.json").write_text(json.dumps({**written, "task": "regression"}))
+    with pytest.raises(WireError, match=r"bad\.json: task is 'regression', expected one of single-label, multi-label"):
+        read_evaluation(str(tmp_path / "bad.json"))
+    (tmp_path / "short.json").write_text(json.dumps({k: v for k, v in written.items() if k != "macro_f1"}))
+    with pytest.raises(WireError, match=r"short\.json: missing macro_f1"):
+        read_evaluation(str(tmp_path / "short.json"))
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -105,11 +124,11 @@ def test_long_class_names_are_wrapped_and_shortened() -> None:
 def test_per_class_plots_of_both_tasks(tmp_path: Path) -> None:
     names = ["a", LONG_NAME, "c"]
     multi = tmp_path / "multi.json"
-    multi.write_text(json.dumps(multi_label_metrics(TRUTH, SCORES, names)))
+    multi_label_metrics(TRUTH, SCORES, names).write(str(multi))
     single = tmp_path / "single.json"
-    single.write_text(json.dumps(single_label_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], names)))
+    single_label_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], names).write(str(single))
     many = tmp_path / "many.json"
-    many.write_text(json.dumps(single_label_metrics(list(range(19)), list(range(19)), [f"class {i}" for i in range(19)])))
+    single_label_metrics(list(range(19)), list(range(19)), [f"class {i}" for i in range(19)]).write(str(many))
     sizes = {}
     for evaluation in (multi, single, many):
         out = tmp_path / "plots" / f"{evaluation.stem}.png"

@@ -14,6 +14,7 @@ import pytest
 from conftest import REPO
 from hvdflow_trainer.metrics import single_label_metrics
 from hvdflow_trainer.sources.common import split_indices
+from hvdflow_wire.values import to_json
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 CONTAINER_PACKAGES = ("hvdflow_trainer", "hvdflow_index", "hvdflow_runstate", "hvdflow_wire")
@@ -26,7 +27,7 @@ def test_parses_as_python_3_8(path: Path) -> None:
 
 
 def test_metrics_of_a_known_confusion() -> None:
-    metrics = single_label_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], ["a", "b", "c"])
+    metrics = to_json(single_label_metrics([0, 0, 1, 1, 2], [0, 1, 1, 1, 0], ["a", "b", "c"]))
     assert metrics["accuracy"] == pytest.approx(3 / 5)
     assert metrics["confusion_matrix"] == [[1, 1, 0], [0, 2, 0], [1, 0, 0]]
     assert metrics["per_class"]["a"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2}
@@ -78,19 +79,53 @@ def test_injected_failures_are_read(text: str, args: list[str]) -> None:
     assert trainer_args(text) == args
 
 
+@pytest.mark.parametrize("name, argv", [
+    ("TrainOptions", ["--dataset", "d", "--out", "o", "--checkpoint-dir", "c", "--identity", "i", "--framework",
+                      "pytorch", "--distributed", "ddp", "--model-code", "m", "--model-build", "net:build"]),
+    ("BenchmarkOptions", ["--out", "o", "--kind", "allreduce", "--launched", "1.5", "--sizes-kib", "1", "2"]),
+    ("CheckModelOptions", ["--dataset", "d", "--out", "o", "--model-code", "m", "--model-script", "train.py"]),
+    ("EvaluateOptions", ["--model", "m", "--dataset", "d", "--out", "o", "--batch-size", "8"]),
+    ("ElasticDriverOptions", ["--channel", "c", "--address", "10.0.0.1", "--iface", "lo", "--ranks", "2",
+                              "--min-ranks", "1", "--max-ranks", "3"]),
+])
+def test_every_entry_points_command_line_is_read_once_into_its_typed_options(name: str, argv: list[str]) -> None:
+    import dataclasses
+
+    from hvdflow_trainer import options
+
+    cls = getattr(options, name)
+    parsed = cls.parse(argv)
+    namespace = vars(cls.parser().parse_args(argv))
+    assert type(parsed) is cls and dataclasses.asdict(parsed) == namespace
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.out = "elsewhere"
+
+    @dataclasses.dataclass(frozen=True)
+    class Narrower(cls):  # type: ignore[misc,valid-type]
+        """A parser with an option its value has no field for."""
+
+        @classmethod
+        def parser(cls) -> argparse.ArgumentParser:
+            parser = super().parser()
+            parser.add_argument("--unheard-of", default="")
+            return parser
+
+    with pytest.raises(TypeError, match=r"Narrower and its parser disagree: \['unheard_of'\]"):
+        Narrower.parse(argv)
+
+
 def test_several_injected_failures_fail_in_turn_each_once() -> None:
     from hvdflow.errors import LaunchError
     from hvdflow.launch.faults import trainer_args
     from hvdflow_trainer import faults
+    from hvdflow_trainer.options import TrainOptions
 
-    parser = argparse.ArgumentParser()
-    faults.add_options(parser)
-    parser.add_argument("--checkpoint-dir", default="/ckpt")
-    args = parser.parse_args(trainer_args("1:2.4:kill:once,0:3.3:signal:once"))
+    required = ["--dataset", "d", "--out", "o", "--checkpoint-dir", "/ckpt", "--identity", "i"]
+    args = TrainOptions.parse(required + trainer_args("1:2.4:kill:once,0:3.3:signal:once"))
     failures = faults.injected_failures(args)
     assert [(f.rank, f.epoch, f.step, f.how, f.marker) for f in failures] == [
         (1, 2, 4, "kill", "/ckpt/.injected-failure"), (0, 3, 3, "signal", "/ckpt/.injected-failure-1")]
-    assert faults.injected_failures(parser.parse_args([])) == []
+    assert faults.injected_failures(TrainOptions.parse(required)) == []
     with pytest.raises(LaunchError, match="say once for all of them or for none"):
         trainer_args("1:2:kill:once,0:3:signal")
 

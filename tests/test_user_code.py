@@ -4,7 +4,6 @@ the record of the code's files."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -14,18 +13,19 @@ import pytest
 import yaml
 
 from conftest import REPO
-from hvdflow.config import user_code as host
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.parse_time import schema_problem
 from hvdflow.config.user_code import UserModel, code_files, tree_sha256
 from hvdflow.errors import ConfigError, LaunchError, RerunRefused
+from hvdflow.launch.job import TrainingJob
 from hvdflow.rerun.user_code import restore_user_code
 from hvdflow_trainer import user_code
 from hvdflow_trainer.check_model import check_script
-from hvdflow_trainer.keras import models
+from hvdflow_trainer.options import TrainOptions
 from hvdflow_trainer.run_control import StopFlag
 from hvdflow_trainer.script import run_script
 from hvdflow_trainer.user_code import UserCodeError, call, load_function
+from hvdflow_wire.model_check import ModelCheck
 from hvdflow_wire.user_code import USER_CODE_ERROR, user_code_error
 
 MODULES = {
@@ -94,10 +94,6 @@ def test_the_error_line_goes_from_the_trainer_to_the_host() -> None:
     assert user_code_error("all fine\n") is None
 
 
-def test_both_sides_name_a_users_model_alike() -> None:
-    assert host.USER_MODEL == models.USER_MODEL == user_code.USER_MODEL
-
-
 def test_the_config_names_the_folder_and_module_before_any_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models").mkdir()
@@ -126,6 +122,13 @@ def test_the_config_names_the_folder_and_module_before_any_job(tmp_path: Path, m
                         "--model-params", '{"depth": 4}']
     assert "--no-op-determinism" not in args
     assert TrainSpec(**{**spec.__dict__, "deterministic": False}).trainer_args()[-1] == "--no-op-determinism"
+    # what the host writes is what the trainer reads, once, into its typed options
+    options = TrainOptions.parse(TrainingJob(args, 2, 1, tmp_path / "data", tmp_path / "out", tmp_path).argv()[3:]
+                                 + ["--checkpoint-dir", "c", "--identity", "i"])
+    assert (options.model, options.dataset, options.epochs, options.learning_rate, options.seed) == (
+        "user", str(tmp_path / "data"), 1, 0.01, 1)
+    assert user_code.user_model_of(options) == user_code.UserModelRef(
+        str(tmp_path / "models"), "unet:build", {"depth": 4}, None, None, "")
 
 
 def test_the_code_is_recorded_file_by_file_and_its_tree_hash_follows_every_byte(tmp_path: Path) -> None:
@@ -170,8 +173,8 @@ def test_a_rerun_puts_the_recorded_code_back_or_refuses_the_file_that_changed(tm
         restore_user_code({"reader_code": record["reader_code"]}, workdir, into)
 
 
-def _script_args(code: Path, script: str) -> argparse.Namespace:
-    return argparse.Namespace(model_code=str(code), model_script=script)
+def _script_args(code: Path, script: str) -> TrainOptions:
+    return TrainOptions(model_code=str(code), model_script=script)
 
 
 @pytest.mark.parametrize("text, said", [
@@ -193,7 +196,8 @@ def test_a_script_that_does_not_parse_is_named_by_the_check_with_its_line(tmp_pa
     with pytest.raises(UserCodeError, match=r"s\.py, line 3: .* \(the training script\)"):
         check_script(str(tmp_path), "s.py")
     (tmp_path / "t.py").write_text("print(1)\n")
-    assert check_script(str(tmp_path), "t.py") == {"script": "t.py", "summary": "compiles (1 lines); it runs its own loop"}
+    assert check_script(str(tmp_path), "t.py") == ModelCheck.compiled("t.py", 1)
+    assert ModelCheck.compiled("t.py", 1).summary == "compiles (1 lines); it runs its own loop"
 
 
 def test_a_script_is_checked_in_the_config_and_runs_only_the_fixed_allreduce_set_up(tmp_path: Path,

@@ -40,6 +40,7 @@ from hvdflow_wire.elastic import (
 )
 from hvdflow_wire.lines import LineAppender, LineReader
 from hvdflow_wire.metrics import TrainingMetrics
+from hvdflow_wire.model_check import ModelCheck
 from hvdflow_wire.rank import RankResult
 from hvdflow_wire.slurm import RankFailed, RankStopped, Rendezvous
 from hvdflow_wire.staging import StagingReport
@@ -385,3 +386,18 @@ def test_malformed_metrics_are_named(tmp_path: Path, change: dict[str, object], 
     with pytest.raises(WireError) as error:
         TrainingMetrics.read(str(path))
     assert str(error.value) == f"{path}: {message}"
+
+
+def test_a_model_check_is_read_back_as_written_for_a_built_model_and_a_script(tmp_path: Path) -> None:
+    built = ModelCheck.built("net:build", 650, (8, 8, 1), [None, 10], 10, False, ["model/jitter (RandomUniform)"])
+    script = ModelCheck.compiled("train.py", 42)
+    for name, check in (("built", built), ("script", script)):
+        check.write(str(tmp_path / f"{name}.json"))
+        assert ModelCheck.read(str(tmp_path / f"{name}.json")) == check
+    written = json.loads((tmp_path / "built.json").read_text())
+    assert (written["summary"], written["output_shape"], written["input_shape"]) == (
+        "builds a model of 650 parameters, output [None, 10]", [None, 10], [8, 8, 1])
+    assert json.loads((tmp_path / "script.json").read_text())["summary"] == "compiles (42 lines); it runs its own loop"
+    (tmp_path / "bad.json").write_text(json.dumps({**written, "parameters": "650"}))
+    with pytest.raises(WireError, match=r"bad\.json: parameters is str, expected int$"):
+        ModelCheck.read(str(tmp_path / "bad.json"))

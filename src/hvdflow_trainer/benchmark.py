@@ -23,41 +23,19 @@ This module is the entry point; what the frameworks' measurements share (the raw
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import List, Optional
 
 from hvdflow_index import write_json
 
-from . import frameworks, user_code
-from .measurement import ALLREDUCE, SHAPES
+from . import frameworks
+from .options import BenchmarkOptions
 from .rank_exit import run_rank
-from .user_code import USER_MODEL
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Command-line entry point of every rank."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", required=True, help="folder of rank 0's result.json")
-    parser.add_argument("--kind", required=True, choices=sorted(SHAPES) + [ALLREDUCE, USER_MODEL],
-                        help="a built-in model, the allreduce sweep, or user: a user's model (--model-code, "
-                             "--model-build, --input-shape, --num-classes)")
-    parser.add_argument("--input-shape", type=int, nargs=3, help="user: H W C of the synthetic batch")
-    parser.add_argument("--num-classes", type=int, help="user: the classes of the synthetic labels")
-    parser.add_argument("--multi-label", action="store_true", help="user: multi-hot labels")
-    user_code.add_options(parser)
-    parser.add_argument("--launched", type=float, required=True, help="Unix time the launcher started the ranks")
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--hidden-units", type=int, default=64)
-    parser.add_argument("--warmup-steps", type=int, default=5, help="untimed steps first (at least 1)")
-    parser.add_argument("--steps", type=int, default=30, help="steps timed after the warm-up")
-    parser.add_argument("--min-seconds", type=float, default=0.0,
-                        help="time more steps where --steps took less than this (steps_for_window)")
-    parser.add_argument("--sizes-kib", type=int, nargs="+", default=[1, 64, 1024, 16384, 65536])
-    parser.add_argument("--threads", type=int, default=1, help="TensorFlow's intra-op threads: the rank's cores")
-    parser.add_argument("--seed", type=int, default=1234)
-    frameworks.add_options(parser)
-    args = parser.parse_args(argv)
+    args = BenchmarkOptions.parse(argv)
     result = frameworks.module_of(args.framework, "benchmark").run(args)  # the folder times its own imports
     write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
 

@@ -19,7 +19,6 @@ worker failed, and brings it back after ``--cooldown`` seconds if discovery stil
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import threading
@@ -36,6 +35,8 @@ from hvdflow_wire.elastic import (
     StopWorker,
     WorkerResult,
 )
+
+from .options import ElasticDriverOptions
 
 POLL = 0.2
 """Seconds between two reads of the launcher's exits file."""
@@ -98,7 +99,7 @@ def slot_record(slot_info) -> Slot:  # type: ignore[no-untyped-def]
                 local_size=slot_info.local_size, cross_rank=slot_info.cross_rank, cross_size=slot_info.cross_size)
 
 
-def run_driver(args: argparse.Namespace) -> int:
+def run_driver(args: ElasticDriverOptions) -> int:
     """Run the elastic job to its end; 0 when the final workers all succeeded."""
     from horovod.runner.elastic.driver import ElasticDriver
     from horovod.runner.elastic.rendezvous import create_rendezvous_handler
@@ -139,17 +140,7 @@ def run_driver(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Command line (see the module's docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--channel", required=True, help="the folder of files shared with hvdflow's launcher")
-    parser.add_argument("--address", required=True, help="this node's address the workers reach the driver at")
-    parser.add_argument("--iface", required=True, help="the network interface Gloo uses")
-    parser.add_argument("--ranks", type=int, required=True, help="ranks to start with (waits for that many slots)")
-    parser.add_argument("--min-ranks", type=int, required=True)
-    parser.add_argument("--max-ranks", type=int, required=True)
-    parser.add_argument("--cooldown", type=int, default=60, help="seconds a failed host stays out")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds to wait for enough slots")
-    parser.add_argument("--verbose", type=int, default=0)
-    args = parser.parse_args(argv)
+    args = ElasticDriverOptions.parse(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
                         format="%(asctime)s elastic driver %(levelname)s %(message)s")
     raise SystemExit(run_driver(args))

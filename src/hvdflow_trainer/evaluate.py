@@ -7,27 +7,19 @@ left (:func:`hvdflow_trainer.frameworks.framework_of_model`).
 
 from __future__ import annotations
 
-import argparse
 from typing import List, Optional
-
-from hvdflow_index import write_json
 
 from . import user_code
 from .frameworks import framework_of_model, module_of
+from .options import EvaluateOptions
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Command line: ``python -m hvdflow_trainer.evaluate --model M --dataset D --out FILE``."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", required=True, help="the trained model's folder (model.keras or model.pt in it)")
-    parser.add_argument("--dataset", required=True)
-    parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--batch-size", type=int, default=256)
-    user_code.add_options(parser)
-    args = parser.parse_args(argv)
+    args = EvaluateOptions.parse(argv)
     evaluate = module_of(framework_of_model(args.model), "evaluate").evaluate
     try:
-        write_json(args.out, evaluate(args.model, args.dataset, args.batch_size, user_code.user_model_of(args)))
+        evaluate(args.model, args.dataset, args.batch_size, user_code.user_model_of(args)).write(args.out)
     except user_code.UserCodeError as exc:
         user_code.exit_naming(exc)
 

@@ -1,16 +1,17 @@
 """Fault injection for tests, the trainer's side: one rank fails on purpose at a given position.
 
 The host passes the test's request (``HVDFLOW_INJECT_RANK_FAILURE``, see :mod:`hvdflow.launch.faults`) as hidden
-options; :func:`add_options` declares them and :func:`injected_failures` is the one call the step loop makes: an
-empty list unless a test asked for a failure. Nothing else in the trainer knows about them.
+options (:meth:`hvdflow_trainer.options.TrainOptions.parser` declares them); :func:`injected_failures` is the one
+call the step loop makes: an empty list unless a test asked for a failure. Nothing else in the trainer knows about them.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 from typing import List
+
+from .options import TrainOptions
 
 HOW = ("exit", "exit0", "kill", "signal")
 MARKER = ".injected-failure"
@@ -62,14 +63,7 @@ class InjectedFailure:
             self.fail(rank, "after epoch %d" % self.epoch)
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
-    """The trainer's hidden test options (the host's :func:`hvdflow.launch.faults.trainer_args` writes them)."""
-    for option, kind in (("--fail-rank", int), ("--fail-epoch", int), ("--fail-step", int), ("--fail-how", str)):
-        parser.add_argument(option, type=kind, action="append", default=[], help=argparse.SUPPRESS)
-    parser.add_argument("--fail-once", action="count", default=0, help=argparse.SUPPRESS)
-
-
-def injected_failures(args: argparse.Namespace) -> List[InjectedFailure]:
+def injected_failures(args: TrainOptions) -> List[InjectedFailure]:
     """The failures a test asked for with the hidden options (each option once per failure, in the same order;
     ``--fail-once`` said for all of them or none): none by default."""
     failures = []

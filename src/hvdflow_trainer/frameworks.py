@@ -11,7 +11,6 @@ one line here.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 from types import ModuleType
@@ -49,16 +48,6 @@ def module_of(framework: str, module: str) -> ModuleType:
     if framework not in FRAMEWORKS:
         raise ValueError("unknown framework %r; known: %s" % (framework, ", ".join(FRAMEWORKS)))
     return importlib.import_module("%s.%s.%s" % (__package__, FRAMEWORKS[framework].folder, module))
-
-
-def add_options(parser: argparse.ArgumentParser, distributed: bool = True) -> None:
-    """``--framework`` and (unless ``distributed`` is false) ``--distributed``, as every entry point takes them."""
-    parser.add_argument("--framework", choices=tuple(FRAMEWORKS), default=DEFAULT,
-                        help="; ".join("%s: %s" % (name, f.about) for name, f in FRAMEWORKS.items()))
-    if distributed:
-        parser.add_argument("--distributed", choices=DISTRIBUTED, default=DISTRIBUTED[0],
-                            help="the framework's data parallelism (%s)" % "; ".join(
-                                "%s: %s" % (name, ", ".join(f.distributed)) for name, f in FRAMEWORKS.items()))
 
 
 def framework_of_model(folder: str) -> str:

@@ -1,4 +1,5 @@
-"""Test-set metrics in pure numpy, defined as scikit-learn defines them, returned as JSON-ready plain values.
+"""Test-set metrics in pure numpy, defined as scikit-learn defines them, returned as the typed values of
+``evaluation.json`` (:mod:`hvdflow_wire.evaluation`).
 
 Single-label: accuracy, per-class precision, recall and F1, macro F1 and the confusion matrix. Multi-label: micro and
 macro precision, recall and F1 at a score threshold, per-class average precision (AP), their mean (mAP), micro AP and
@@ -7,10 +8,12 @@ subset accuracy. A ratio with a zero denominator is 0 (scikit-learn's ``zero_div
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import numpy.typing as npt
+
+from hvdflow_wire.evaluation import ClassScores, LabelScores, MultiLabelEvaluation, Scores, SingleLabelEvaluation
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -23,27 +26,28 @@ def _mean(values: List[float]) -> float:
     return float(np.mean(values))
 
 
-def _scores(tp: int, fp: int, fn: int) -> Dict[str, float]:
+def _scores(tp: int, fp: int, fn: int) -> Scores:
     """Precision, recall and F1 (``2tp / (2tp + fp + fn)``) from counts."""
-    return {"precision": _ratio(tp, tp + fp), "recall": _ratio(tp, tp + fn), "f1": _ratio(2 * tp, 2 * tp + fp + fn)}
+    return Scores(_ratio(tp, tp + fp), _ratio(tp, tp + fn), _ratio(2 * tp, 2 * tp + fp + fn))
 
 
-def single_label_metrics(truth: List[int], predicted: List[int], class_names: List[str]) -> Dict[str, object]:
+def single_label_metrics(truth: List[int], predicted: List[int], class_names: List[str]) -> SingleLabelEvaluation:
     """Accuracy, per-class precision/recall/F1/support, macro F1 and the confusion matrix (rows: truth)."""
     n = len(class_names)
     confusion = [[0] * n for _ in range(n)]
     for t, p in zip(truth, predicted):
         confusion[t][p] += 1
-    per_class: Dict[str, Dict[str, Any]] = {}
+    per_class: Dict[str, ClassScores] = {}
     for c, name in enumerate(class_names):
         tp = confusion[c][c]
         support = sum(confusion[c])
         fp = sum(confusion[r][c] for r in range(n)) - tp
-        per_class[name] = dict(_scores(tp, fp, support - tp), support=support)
+        scores = _scores(tp, fp, support - tp)
+        per_class[name] = ClassScores(scores.precision, scores.recall, scores.f1, support=support)
     correct = sum(confusion[c][c] for c in range(n))
-    return {"task": "single-label", "accuracy": correct / len(truth), "samples": len(truth), "per_class": per_class,
-            "macro_f1": _mean([m["f1"] for m in per_class.values()]),
-            "confusion_matrix": confusion, "class_names": class_names}
+    return SingleLabelEvaluation(accuracy=correct / len(truth), samples=len(truth), per_class=per_class,
+                                 macro_f1=_mean([m.f1 for m in per_class.values()]), confusion_matrix=confusion,
+                                 class_names=class_names)
 
 
 def average_precision(truth_column: npt.ArrayLike, score_column: npt.ArrayLike) -> Optional[float]:
@@ -66,7 +70,7 @@ def average_precision(truth_column: npt.ArrayLike, score_column: npt.ArrayLike) 
 
 
 def multi_label_metrics(truth: npt.ArrayLike, scores: npt.ArrayLike, class_names: List[str],
-                        threshold: float = 0.5) -> Dict[str, object]:
+                        threshold: float = 0.5) -> MultiLabelEvaluation:
     """Micro/macro precision, recall and F1 of ``scores > threshold``, per-class and mean AP, subset accuracy.
 
     ``truth`` is a 0/1 (samples x classes) array and ``scores`` the model's sigmoid outputs of the same shape. The
@@ -82,21 +86,20 @@ def multi_label_metrics(truth: npt.ArrayLike, scores: npt.ArrayLike, class_names
     tp = np.sum(actual & predicted, axis=0)
     fp = np.sum(~actual & predicted, axis=0)
     fn = np.sum(actual & ~predicted, axis=0)
-    per_class: Dict[str, Dict[str, Any]] = {}
+    per_class: Dict[str, LabelScores] = {}
     for c, name in enumerate(class_names):
-        per_class[name] = dict(_scores(int(tp[c]), int(fp[c]), int(fn[c])),
-                               average_precision=average_precision(actual[:, c], values[:, c]),
-                               support=int(tp[c] + fn[c]))
-    aps = [m["average_precision"] for m in per_class.values() if m["average_precision"] is not None]
-    return {
-        "task": "multi-label",
-        "samples": int(actual.shape[0]),
-        "class_names": class_names,
-        "threshold": float(threshold),
-        "micro": _scores(int(tp.sum()), int(fp.sum()), int(fn.sum())),
-        "macro": {key: _mean([m[key] for m in per_class.values()]) for key in ("precision", "recall", "f1")},
-        "per_class": per_class,
-        "mean_average_precision": _mean(aps) if aps else None,
-        "micro_average_precision": average_precision(actual.ravel(), values.ravel()),
-        "subset_accuracy": _ratio(int(np.sum(np.all(actual == predicted, axis=1))), actual.shape[0]),
-    }
+        scores = _scores(int(tp[c]), int(fp[c]), int(fn[c]))
+        per_class[name] = LabelScores(scores.precision, scores.recall, scores.f1, support=int(tp[c] + fn[c]),
+                                      average_precision=average_precision(actual[:, c], values[:, c]))
+    aps = [m.average_precision for m in per_class.values() if m.average_precision is not None]
+    return MultiLabelEvaluation(
+        samples=int(actual.shape[0]),
+        class_names=class_names,
+        threshold=float(threshold),
+        micro=_scores(int(tp.sum()), int(fp.sum()), int(fn.sum())),
+        macro=Scores(*(_mean([getattr(m, key) for m in per_class.values()]) for key in ("precision", "recall", "f1"))),
+        per_class=per_class,
+        mean_average_precision=_mean(aps) if aps else None,
+        micro_average_precision=average_precision(actual.ravel(), values.ravel()),
+        subset_accuracy=_ratio(int(np.sum(np.all(actual == predicted, axis=1))), actual.shape[0]),
+    )

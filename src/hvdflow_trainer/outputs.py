@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import os
@@ -16,6 +15,7 @@ from hvdflow_wire.rank import RankResult
 from hvdflow_wire.replace import replaced
 
 from .machine import cpu_facts, nvidia_driver
+from .options import TrainOptions
 from .run_control import Position
 
 
@@ -27,7 +27,7 @@ def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
     return sha.hexdigest()
 
 
-def rank_result(args: argparse.Namespace, position: Position, start: Position, layout: Any, gpus: List[Dict[str, object]],
+def rank_result(args: TrainOptions, position: Position, start: Position, layout: Any, gpus: List[Dict[str, object]],
                 **framework: Any) -> RankResult:
     """This rank's result: what every framework's rank knows alike (host, CPUs, threads, machine, the run's position
     and layout, Python's version) and ``framework``'s own fields (placement, controller, numerics, weights, timings,

@@ -26,13 +26,13 @@ line (:mod:`hvdflow_trainer.user_code`).
 
 from __future__ import annotations
 
-import argparse
 import os
 import runpy
 import sys
 from typing import Any, Optional
 
 from .frameworks import module_of
+from .options import TrainOptions
 from .run_control import StopFlag, StopRequested
 from .user_code import UserCodeError, user_frame
 
@@ -40,7 +40,7 @@ from .user_code import UserCodeError, user_frame
 class _Current:
     """The rank's options and stop flag (set by :func:`run_script`) and the run :func:`start` made."""
 
-    args: Optional[argparse.Namespace] = None
+    args: Optional[TrainOptions] = None
     flag: Optional[StopFlag] = None
     run: Any = None
 
@@ -55,7 +55,7 @@ def start() -> Any:
     return _Current.run
 
 
-def run_script(args: argparse.Namespace, flag: StopFlag) -> None:
+def run_script(args: TrainOptions, flag: StopFlag) -> None:
     """Run the experiment's script (``--model-code``/``--model-script``) as ``__main__``; UserCodeError where it
     raises, exits with an error, or ends without ``run.finish()``. StopRequested passes through (:meth:`stop`)."""
     code, script = args.model_code, args.model_script

@@ -8,7 +8,6 @@ traceback from inside the trainer. Framework-neutral: what the functions must re
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import inspect
 import json
@@ -18,9 +17,7 @@ from typing import Any, Callable, Dict, NamedTuple, NoReturn, Optional, Tuple
 
 from hvdflow_wire.user_code import USER_CODE_ERROR, USER_CODE_EXIT
 
-USER_MODEL = "user"
-"""``--model`` (and the benchmark's ``--kind``) of a user's own model (``hvdflow.config.user_code.USER_MODEL``; a
-test compares them)."""
+from .options import UserModelOptions
 
 
 class UserCodeError(Exception):
@@ -47,22 +44,12 @@ class UserModelRef(NamedTuple):
     """A training script of the folder (its own loop, :mod:`hvdflow_trainer.script`) in place of ``build``."""
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
-    """The options that name a user's model (``--model user``)."""
-    parser.add_argument("--model-code", default="", help="the user's code folder (--model user)")
-    parser.add_argument("--model-build", default="", help="module:function that builds the model")
-    parser.add_argument("--model-script", default="", help="a training script of the folder, in place of a build")
-    parser.add_argument("--model-params", default="{}", help="JSON object: the build function's keyword arguments")
-    parser.add_argument("--model-loss", default=None, help="module:function returning the loss")
-    parser.add_argument("--model-metrics", default=None, help="module:function returning the metrics")
-
-
-def user_model_of(args: argparse.Namespace) -> Optional[UserModelRef]:
-    """The user's model the options name, or None for a built-in one."""
-    if not getattr(args, "model_code", ""):
+def user_model_of(options: UserModelOptions) -> Optional[UserModelRef]:
+    """The user's model the options name (``--model-*``), or None for a built-in one."""
+    if not options.model_code:
         return None
-    return UserModelRef(args.model_code, args.model_build, json.loads(args.model_params), args.model_loss,
-                        args.model_metrics, args.model_script)
+    return UserModelRef(options.model_code, options.model_build, json.loads(options.model_params), options.model_loss,
+                        options.model_metrics, options.model_script)
 
 
 def load_function(code: str, ref: str) -> Callable[..., Any]:

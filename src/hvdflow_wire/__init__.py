@@ -12,6 +12,10 @@ names the file (and, for JSON lines, the line), never data.
   pipeline (the check of the results, the run record, the smoke job) and the elastic launcher.
 - :mod:`.metrics` (``metrics.json``): a training's metrics, written by rank 0 of the trainer, read by the smoke
   job and the benchmarks.
+- :mod:`.evaluation` (``evaluation.json``): a trained model's test-set scores, written by the trainer's evaluate
+  step, read by the report's figures.
+- :mod:`.model_check` (``model-check.json``): what the check of a user's model found, written by the trainer's
+  check_model step, read by the host's rule that ran it.
 - :mod:`.slurm`: between the Slurm launcher and its rank tasks, in the run's log directory: ``rendezvous.json``
   (the Gloo rendezvous server's address, launcher → rank tasks) and the rank task's ``rank-<r>.failed.json`` and
   ``rank-<r>.stopped.json`` (rank task → launcher).

@@ -7,5 +7,8 @@ BUILT_IN_MODELS = ("mlp", "small-cnn", "resnet50")
 FRAMEWORKS = ("tensorflow", "pytorch")
 """The frameworks an experiment trains with (the trainer's registry, ``hvdflow_trainer.frameworks``, has one folder
 each)."""
+USER_MODEL = "user"
+"""The trainer's ``--model`` (and the benchmark's ``--kind``) for a user's own model (its ``--model-*`` options name
+it)."""
 DISTRIBUTED = ("horovod", "ddp")
 """The distributed modes, the default first: Horovod's API, or PyTorch's DistributedDataParallel."""

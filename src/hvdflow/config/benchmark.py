@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from hvdflow.config.profile import RUNTIMES
-from hvdflow.config.user_code import USER_MODEL, UserModel
+from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ConfigError
-from hvdflow_wire.names import BUILT_IN_MODELS
+from hvdflow_wire.names import BUILT_IN_MODELS, USER_MODEL
 
 MODELS = BUILT_IN_MODELS
 """The models the trainer builds by name (``hvdflow_wire.names``)."""

@@ -6,9 +6,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
-from hvdflow.config.user_code import USER_MODEL, UserModel
+from hvdflow.config.user_code import UserModel
 from hvdflow.errors import LaunchError
-from hvdflow_wire.names import DISTRIBUTED, FRAMEWORKS
+from hvdflow_wire.names import DISTRIBUTED, FRAMEWORKS, USER_MODEL
 
 RESUME_MODES = ("auto", "never")
 STRATEGIES = ("allreduce", "neighbour")

@@ -17,9 +17,6 @@ from typing import Any, Mapping, Optional
 from hvdflow.errors import ConfigError
 from hvdflow.files.cache import sha256_file
 
-USER_MODEL = "user"
-"""The trainer's ``--model`` for a user's own model (its ``--model-*`` options name it)."""
-
 SKIPPED = ("__pycache__", ".git", ".ipynb_checkpoints")
 """Folders of the user's code that are not code (bytecode caches, a nested repository, notebook copies)."""
 

@@ -7,9 +7,10 @@ import csv
 import json
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import matplotlib
+
+from hvdflow_wire.evaluation import Evaluation, MultiLabelEvaluation, SingleLabelEvaluation, read_evaluation
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -88,9 +89,11 @@ def plot_membership(record_json: Path, out: Path, title: str) -> None:
 
 def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
     """The confusion matrix with counts, and per-class precision and recall beside it."""
-    evaluation = json.loads(evaluation_json.read_text())
-    names = evaluation["class_names"]
-    matrix = evaluation["confusion_matrix"]
+    evaluation = read_evaluation(str(evaluation_json))
+    if not isinstance(evaluation, SingleLabelEvaluation):
+        raise ValueError(f"{evaluation_json}: a confusion matrix is drawn for a single-label task's evaluation")
+    names = evaluation.class_names
+    matrix = evaluation.confusion_matrix
     fig, (ax, table_ax) = plt.subplots(1, 2, figsize=(11, 5), gridspec_kw={"width_ratios": [3, 2]})
     image = ax.imshow(matrix, cmap="Blues")
     ax.set_xticks(range(len(names)), names)
@@ -102,11 +105,10 @@ def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
         for j, count in enumerate(row):
             ax.text(j, i, str(count), ha="center", va="center", color="white" if count > peak / 2 else "black", fontsize=8)
     fig.colorbar(image, ax=ax, fraction=0.046)
-    cells = [[name, f"{m['precision']:.3f}", f"{m['recall']:.3f}", str(m["support"])]
-             for name, m in evaluation["per_class"].items()]
+    cells = [[name, f"{m.precision:.3f}", f"{m.recall:.3f}", str(m.support)] for name, m in evaluation.per_class.items()]
     table_ax.axis("off")
     table_ax.table(cellText=cells, colLabels=["class", "precision", "recall", "support"], loc="center")
-    table_ax.set_title(f"test accuracy {evaluation['accuracy']:.4f} on {evaluation['samples']} samples")
+    table_ax.set_title(f"test accuracy {evaluation.accuracy:.4f} on {evaluation.samples} samples")
     fig.suptitle(f"{title}: test set")
     save(fig, out)
 
@@ -116,18 +118,18 @@ def wrap_label(name: str, width: int = 36, lines: int = 2) -> str:
     return "\n".join(textwrap.wrap(name, width=width, max_lines=lines, placeholder=" …"))
 
 
-def per_class_series(evaluation: dict[str, Any]) -> tuple[dict[str, list[float | None]], str]:
+def per_class_series(evaluation: Evaluation) -> tuple[dict[str, list[float | None]], str]:
     """The per-class scores to draw, by legend label and in class order (None: undefined), and a summary line."""
-    per_class = [evaluation["per_class"][name] for name in evaluation["class_names"]]
-    if evaluation["task"] == "multi-label":
-        mean_ap = evaluation["mean_average_precision"]
-        summary = (f"micro F1 {evaluation['micro']['f1']:.3f}, macro F1 {evaluation['macro']['f1']:.3f}, "
+    per_class = [evaluation.per_class[name] for name in evaluation.class_names]
+    if isinstance(evaluation, MultiLabelEvaluation):
+        mean_ap = evaluation.mean_average_precision
+        summary = (f"micro F1 {evaluation.micro.f1:.3f}, macro F1 {evaluation.macro.f1:.3f}, "
                    f"mAP {'n/a' if mean_ap is None else format(mean_ap, '.3f')}")
         keys = {"F1": "f1", "average precision": "average_precision"}
     else:
-        summary = f"accuracy {evaluation['accuracy']:.3f}, macro F1 {evaluation['macro_f1']:.3f}"
+        summary = f"accuracy {evaluation.accuracy:.3f}, macro F1 {evaluation.macro_f1:.3f}"
         keys = {"precision": "precision", "recall": "recall", "F1": "f1"}
-    return {label: [scores[key] for scores in per_class] for label, key in keys.items()}, summary
+    return {label: [getattr(scores, key) for scores in per_class] for label, key in keys.items()}, summary
 
 
 def plot_per_class(evaluation_json: Path, out: Path, title: str) -> None:
@@ -136,9 +138,9 @@ def plot_per_class(evaluation_json: Path, out: Path, title: str) -> None:
     Multi-label: F1 and average precision (n/a for a class without positives), micro/macro F1 and mAP in the title.
     Single-label: precision, recall and F1, accuracy and macro F1 in the title.
     """
-    evaluation = json.loads(evaluation_json.read_text())
+    evaluation = read_evaluation(str(evaluation_json))
     series, summary = per_class_series(evaluation)
-    names = evaluation["class_names"]
+    names = evaluation.class_names
     bar = 0.8 / len(series)
     fig, ax = plt.subplots(figsize=(10, max(3.0, 1.5 + 0.2 * (len(series) + 1) * len(names))))
     for k, (label, values) in enumerate(series.items()):
@@ -156,5 +158,5 @@ def plot_per_class(evaluation_json: Path, out: Path, title: str) -> None:
     ax.set_xlabel("score")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(series), frameon=False, fontsize=8)
-    fig.suptitle(f"{title}: per-class scores on the test set ({evaluation['samples']} samples)\n{summary}", fontsize=10)
+    fig.suptitle(f"{title}: per-class scores on the test set ({evaluation.samples} samples)\n{summary}", fontsize=10)
     save(fig, out)

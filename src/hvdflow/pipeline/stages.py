@@ -40,6 +40,8 @@ from hvdflow.pipeline.resume import (
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 from hvdflow_wire import WireError
+from hvdflow_wire.evaluation import Evaluation, read_evaluation
+from hvdflow_wire.model_check import ModelCheck
 from hvdflow_wire.rank import RankResult
 from hvdflow_wire.user_code import user_code_error
 
@@ -200,10 +202,10 @@ def collect_rank_results(out_dir: Path, ranks: int, epochs: int) -> list[RankRes
 
 def check_user_model(runtime: Runtime, user: UserModel, dataset_dir: Path, out_file: Path, log: Path,
                      timeout: Optional[float] = None, deterministic: bool = True, framework: str = "tensorflow"
-                     ) -> dict[str, object]:
+                     ) -> ModelCheck:
     """Build the user's model once in the image on the dataset's shape (:mod:`hvdflow_trainer.check_model`); what it
-    built, written to ``out_file``. LaunchError with the error in the user's terms (file and line, function,
-    arguments, output shape) where the code cannot train."""
+    built, written to ``out_file`` (and read back, checked). LaunchError with the error in the user's terms (file and
+    line, function, arguments, output shape) where the code cannot train."""
     out_file.unlink(missing_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.check_model", "--dataset", str(dataset_dir), "--out", str(out_file),
                *user.trainer_args(), "--framework", framework] + ([] if deterministic else ["--no-op-determinism"])
@@ -215,16 +217,16 @@ def check_user_model(runtime: Runtime, user: UserModel, dataset_dir: Path, out_f
         if said is None:
             raise
         raise LaunchError(f"your model code, checked before training: {said}") from None
-    return json.loads(out_file.read_text())
+    return ModelCheck.read(str(out_file))
 
 
 def evaluate(runtime: Runtime, model: Path, dataset_dir: Path, out_file: Path, log: Path,
-             timeout: Optional[float] = None, user: Optional[UserModel] = None) -> dict[str, object]:
-    """Test-set metrics of ``model`` written to ``out_file``; ``user``: the user's model, whose code is bound in and
-    imported before the model is loaded."""
+             timeout: Optional[float] = None, user: Optional[UserModel] = None) -> Evaluation:
+    """Test-set metrics of ``model`` written to ``out_file`` (and read back, checked); ``user``: the user's model,
+    whose code is bound in and imported before the model is loaded."""
     out_file.unlink(missing_ok=True)
     command = ["python3", "-m", "hvdflow_trainer.evaluate", "--model", str(model), "--dataset", str(dataset_dir),
                "--out", str(out_file)] + (user.trainer_args() if user else [])
     binds = [model.parent, dataset_dir, out_file.parent] + ([user.code] if user else [])
     run_one(runtime, command, binds, log, timeout, f"evaluating {model}")
-    return json.loads(out_file.read_text())
+    return read_evaluation(str(out_file))

@@ -252,7 +252,7 @@ def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Map
         built = check_user_model(runtime_for(profile, Path(input.image), Path(config["catalog"])), user,
                                  Path(input.index).parent.resolve(), Path(output.check).resolve(), run_log,
                                  profile.step_timeout, spec.deterministic, spec.framework)
-        print(f"hvdflow: {user.entry} of {user.code}: {built['summary']}")
+        print(f"hvdflow: {user.entry} of {user.code}: {built.summary}")
         for line in run_log.read_text(errors="replace").splitlines():
             if line.startswith(USER_CODE_WARNING):  # the check's warnings (random ops a resume cannot continue) where users look
                 print(line)

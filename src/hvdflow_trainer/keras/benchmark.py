@@ -3,7 +3,6 @@ throughput on synthetic data, Horovod's allreduce bandwidth, and the raw TCP ban
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from typing import Dict, List
@@ -17,10 +16,11 @@ from ..measurement import (
     rank_facts,
     tcp_bandwidth,
 )
+from ..options import BenchmarkOptions
 from ..user_code import user_model_of
 
 
-def _timed_model(args: argparse.Namespace, hvd, hvd_tf, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+def _timed_model(args: BenchmarkOptions, hvd, hvd_tf, tf) -> Dict[str, object]:  # type: ignore[no-untyped-def]
     """Train ``args.kind`` on one repeated synthetic batch; the end of the first step, and the throughput over the
     steps after the warm-up (or over a longer ``fit``, where those took less than ``args.min_seconds``)."""
     from .models import build_model, loss_and_metrics, sgd
@@ -67,7 +67,7 @@ def _timed_model(args: argparse.Namespace, hvd, hvd_tf, tf) -> Dict[str, object]
             "parameters": int(model.count_params())}
 
 
-def _allreduce_sweep(args: argparse.Namespace, hvd, tf) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
+def _allreduce_sweep(args: BenchmarkOptions, hvd, tf) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
     """Time Horovod's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib`` (``hvd``:
     ``horovod.tensorflow``); each size's time is the slowest rank's mean."""
     rows = []
@@ -87,7 +87,7 @@ def _allreduce_sweep(args: argparse.Namespace, hvd, tf) -> List[Dict[str, float]
     return rows
 
 
-def run(args: argparse.Namespace) -> Dict[str, object]:
+def run(args: BenchmarkOptions) -> Dict[str, object]:
     """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
     ``rank-<r>.json``: the launchers take a rank that exits 0 without one for a failed rank)."""
     started = time.perf_counter()

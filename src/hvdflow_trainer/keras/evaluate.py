@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Optional
+from typing import Optional
 
 from hvdflow_index import read_index, verified_shards
+from hvdflow_wire.evaluation import Evaluation
 
 from ..metrics import multi_label_metrics, single_label_metrics
 from ..records import parse_fn
@@ -15,7 +16,7 @@ TASKS = ("single-label", "multi-label")
 
 
 def evaluate(folder: str, dataset_dir: str, batch_size: int, user: Optional[UserModelRef] = None
-             ) -> Dict[str, object]:
+             ) -> Evaluation:
     """Evaluate the model saved in ``folder`` (``model.keras``) on the dataset's test split (shards verified
     first), by the dataset's task. A
     user's model: its build function's module is imported first, so that the layers it registers load."""

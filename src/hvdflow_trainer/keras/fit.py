@@ -15,7 +15,6 @@ distance and the bytes a rank sent per step.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -31,6 +30,7 @@ from hvdflow_runstate import position as describe
 from ..elastic import ElasticApi, train_all_epochs
 from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
+from ..options import TrainOptions
 from ..placement import pick_gpu
 from ..run_control import Position, StopFlag
 from ..user_code import user_model_of
@@ -43,7 +43,7 @@ from .outputs import write_rank_result, write_run_outputs
 from .randomness import use_resumable_generators
 
 
-def set_up_rank(args: argparse.Namespace) -> None:
+def set_up_rank(args: TrainOptions) -> None:
     """Horovod's init, this rank's GPU, the seed, resumable random layers, deterministic ops and the rank's
     threads."""
     if args.deterministic_allreduce:
@@ -79,7 +79,7 @@ class Dataset:
 class Layout:
     """What depends on the rank count: this rank's data, batch and steps (built again when an elastic run resets)."""
 
-    def __init__(self, args: argparse.Namespace, data: Dataset, global_batch: int) -> None:
+    def __init__(self, args: TrainOptions, data: Dataset, global_batch: int) -> None:
         self.args, self.data = args, data
         self.rank, self.size = hvd.rank(), hvd.size()
         if global_batch % self.size:
@@ -100,7 +100,7 @@ class Layout:
                             args.seed, args.shuffle_buffer, epoch, skip, args.threads, self.positions)
 
 
-def compile_model(args: argparse.Namespace, data: Dataset, scaled_lr: float):  # type: ignore[no-untyped-def]
+def compile_model(args: TrainOptions, data: Dataset, scaled_lr: float):  # type: ignore[no-untyped-def]
     """``(model, optimizer, neighbour averaging or None)``: the model compiled with Horovod's optimizer, or with the
     neighbour strategy's."""
     user = user_model_of(args)
@@ -125,7 +125,7 @@ def rank_barrier() -> None:
     hvd_tf.allreduce(tf.constant(0, tf.int32), op=hvd_tf.Max, name="hvdflow_rank_checkpoints")
 
 
-def open_checkpoints(args: argparse.Namespace, model, optimizer, per_rank: bool) -> RunCheckpoints:  # type: ignore[no-untyped-def]
+def open_checkpoints(args: TrainOptions, model, optimizer, per_rank: bool) -> RunCheckpoints:  # type: ignore[no-untyped-def]
     """The run's checkpoints; ``per_rank`` (neighbour training: the ranks' weights and momentum differ): every rank
     saves and restores its own."""
     with open(args.identity) as handle:
@@ -171,7 +171,7 @@ def no_commit(position: Position, history: List[Dict[str, float]]) -> None:
 class FitLoop:
     """One ``fit`` per epoch from a position to the last epoch, with one layout's ranks."""
 
-    def __init__(self, args: argparse.Namespace, flag: StopFlag, model, checkpoints: RunCheckpoints,  # type: ignore[no-untyped-def]
+    def __init__(self, args: TrainOptions, flag: StopFlag, model, checkpoints: RunCheckpoints,  # type: ignore[no-untyped-def]
                  neighbours: Optional[NeighbourAveraging], scaled_lr: float, nominal: int, timer: EpochTimer) -> None:
         self.args, self.flag, self.model, self.checkpoints = args, flag, model, checkpoints
         self.neighbours, self.scaled_lr, self.nominal, self.timer = neighbours, scaled_lr, nominal, timer
@@ -210,7 +210,7 @@ class FitLoop:
             committed(position, history)
 
 
-def train(args: argparse.Namespace, flag: StopFlag) -> None:
+def train(args: TrainOptions, flag: StopFlag) -> None:
     """Train on the dataset at ``args.dataset``; write the outputs and this rank's result into ``args.out``.
 
     Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when

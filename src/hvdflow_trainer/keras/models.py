@@ -15,11 +15,12 @@ Keras model with ``num_classes`` outputs; its loss and metrics are the task's un
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-from hvdflow_wire.names import BUILT_IN_MODELS
+from hvdflow_wire.model_check import ModelCheck
+from hvdflow_wire.names import BUILT_IN_MODELS, USER_MODEL
 
-from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user, call, load_function
+from ..user_code import UserCodeError, UserModelRef, built_by_user, call, load_function
 
 MODELS = BUILT_IN_MODELS
 CNN_FILTERS = (32, 64, 128)
@@ -138,7 +139,7 @@ def sgd(learning_rate: float, momentum: float):  # type: ignore[no-untyped-def]
 
 
 def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int, multi_label: bool, seed: int,
-                     deterministic: bool = True) -> Dict[str, Any]:
+                     deterministic: bool = True) -> ModelCheck:
     """Build the user's model for the dataset, compile it as training does and take one step on two zero samples
     (under TensorFlow's op determinism, unless the experiment says ``deterministic: false``); what was built
     (parameters, output shape, and the random ops whose position a resume cannot restore,
@@ -176,6 +177,5 @@ def check_user_model(user: UserModelRef, shape: Sequence[int], num_classes: int,
                             % (user.build, op, exc.message.splitlines()[0])) from None
     except (ValueError, TypeError) as exc:
         raise UserCodeError("%s: a training step of the built model failed: %s" % (user.build, exc)) from None
-    return {"build": user.build, "parameters": int(model.count_params()), "output_shape": list(model.output_shape),
-            "input_shape": list(shape), "num_classes": num_classes, "multi_label": multi_label,
-            "unresumable_random_ops": unresumable_random_ops(model, shape)}
+    return ModelCheck.built(user.build, int(model.count_params()), shape, model.output_shape, num_classes, multi_label,
+                            unresumable_random_ops(model, shape))

@@ -3,7 +3,6 @@ rank's result (``rank-<r>.json``)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Dict, List, Optional
 
@@ -12,6 +11,7 @@ import horovod.tensorflow.keras as hvd
 import tensorflow as tf
 
 from ..machine import gpu_facts, numerics
+from ..options import TrainOptions
 from ..outputs import rank_result, weights_sha256, write_history, write_metrics
 from ..run_control import Position
 from .callbacks import EpochTimer
@@ -43,7 +43,7 @@ def write_run_outputs(out: str, model, history: List[Dict[str, float]], epochs: 
     write_metrics(os.path.join(out, "metrics.json"), history, epochs, timer.seconds, steps_per_epoch)
 
 
-def write_rank_result(args: argparse.Namespace, model, topology: Optional[str], position: Position,  # type: ignore[no-untyped-def]
+def write_rank_result(args: TrainOptions, model, topology: Optional[str], position: Position,  # type: ignore[no-untyped-def]
                       start: Position, timer: EpochTimer, layout) -> None:
     """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
     its run went. ``topology``: the neighbour strategy's graph (None for allreduce)."""

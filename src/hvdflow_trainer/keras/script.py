@@ -9,7 +9,6 @@ evaluate, plot and record rules read (:mod:`.outputs`).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 from typing import Any, Dict, Iterator, List, NoReturn, Tuple
 
@@ -17,6 +16,7 @@ import horovod.tensorflow as hvd_tf
 import tensorflow as tf
 
 from ..faults import injected_failures
+from ..options import TrainOptions
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from ..script_run import ScriptEpochs, ranks_disagree
 from ..user_code import UserCodeError, user_model_of
@@ -40,7 +40,7 @@ class ScriptRun(ScriptEpochs):
     of the validation split as a ``tf.data.Dataset`` of batches.
     """
 
-    def __init__(self, args: argparse.Namespace, flag: StopFlag) -> None:
+    def __init__(self, args: TrainOptions, flag: StopFlag) -> None:
         set_up_rank(args)
         self._args, self._flag = args, flag
         data = Dataset(args.dataset)

@@ -4,15 +4,15 @@ measurements use, and the allreduce bandwidth of the distributed mode (the raw T
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from typing import Dict, List
 
 from ..measurement import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, long_enough_window, rank_facts
+from ..options import BenchmarkOptions
 
 
-def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
+def _timed_model(args: BenchmarkOptions, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
     """Train ``args.kind`` on one repeated synthetic batch; the end of the first step, and the throughput over the
     steps after the warm-up (or over a longer pass, where those took less than ``args.min_seconds``)."""
     import numpy as np
@@ -58,7 +58,7 @@ def _timed_model(args: argparse.Namespace, ranks, torch) -> Dict[str, object]:  
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
-def _allreduce_sweep(args: argparse.Namespace, ranks, torch) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
+def _allreduce_sweep(args: BenchmarkOptions, ranks, torch) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
     """Time the distributed mode's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib``; each size's
     time is the slowest rank's mean."""
     rows = []
@@ -77,7 +77,7 @@ def _allreduce_sweep(args: argparse.Namespace, ranks, torch) -> List[Dict[str, f
     return rows
 
 
-def run(args: argparse.Namespace) -> Dict[str, object]:
+def run(args: BenchmarkOptions) -> Dict[str, object]:
     """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
     ``rank-<r>.json``)."""
     started = time.perf_counter()

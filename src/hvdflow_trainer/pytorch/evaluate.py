@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Dict, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from hvdflow_index import read_index, verified_shards
+from hvdflow_wire.evaluation import Evaluation
 
 from ..metrics import multi_label_metrics, single_label_metrics
 from ..user_code import UserModelRef
@@ -33,7 +34,7 @@ def load_model(folder: str, user: Optional[UserModelRef]) -> torch.nn.Module:
     return model.eval()
 
 
-def evaluate(folder: str, dataset_dir: str, batch_size: int, user: Optional[UserModelRef] = None) -> Dict[str, object]:
+def evaluate(folder: str, dataset_dir: str, batch_size: int, user: Optional[UserModelRef] = None) -> Evaluation:
     """Evaluate the model saved in ``folder`` on the dataset's test split (shards verified first), by its task."""
     torch.use_deterministic_algorithms(True)
     index = read_index(dataset_dir)

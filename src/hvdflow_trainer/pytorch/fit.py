@@ -23,7 +23,6 @@ the rate; torch's SGD applies the rate after the momentum, which is that correct
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -41,6 +40,7 @@ from ..elastic import ElasticApi, train_all_epochs
 from ..faults import injected_failures
 from ..input_plan import label_sorted_positions
 from ..neighbours import allreduce_bytes_per_step
+from ..options import TrainOptions
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from ..user_code import user_model_of
 from .checkpoints import RunCheckpoints
@@ -67,7 +67,7 @@ def local_gpu() -> Optional[int]:
     return local_rank
 
 
-def set_up_rank(args: argparse.Namespace) -> Ranks:
+def set_up_rank(args: TrainOptions) -> Ranks:
     """Threads, determinism, this rank's GPU, the ranks' group, and the seeds."""
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -91,7 +91,7 @@ class Layout:
     (built again when an elastic run changes its ranks). ``global_batch``: the batch of all ranks together (default:
     ``--batch-size`` per rank)."""
 
-    def __init__(self, args: argparse.Namespace, ranks: Ranks, global_batch: Optional[int] = None) -> None:
+    def __init__(self, args: TrainOptions, ranks: Ranks, global_batch: Optional[int] = None) -> None:
         self.index = read_index(args.dataset)
         self.multi = self.index["task"] == "multi-label"
         train = SplitRecords(verified_shards(args.dataset, self.index, "train"), self.index)
@@ -162,7 +162,7 @@ def average_buffers(model: torch.nn.Module, ranks: Ranks) -> None:
                 buffer.copy_(ranks.allreduce_mean(buffer.double()).reshape(buffer.shape).to(buffer))
 
 
-def read_identity(args: argparse.Namespace) -> Dict[str, object]:
+def read_identity(args: TrainOptions) -> Dict[str, object]:
     """The run's identity (the launcher's ``--identity`` file): whose checkpoints this run may resume."""
     with open(args.identity) as handle:
         return dict(json.load(handle))
@@ -186,7 +186,7 @@ class StepLoop:
     every epoch's end. ``nominal``: the rank count the learning rate is scaled for; ``neighbours``: the neighbour
     strategy's exchange after every step (None: the optimizer averages the gradients)."""
 
-    def __init__(self, args: argparse.Namespace, flag: StopFlag, ranks: Ranks, model: torch.nn.Module,
+    def __init__(self, args: TrainOptions, flag: StopFlag, ranks: Ranks, model: torch.nn.Module,
                  net: torch.nn.Module, optimizer: torch.optim.Optimizer, checkpoints: RunCheckpoints,
                  device: torch.device, nominal: int, neighbours: Optional[NeighbourAveraging],
                  loss: Metric, metrics: Dict[str, Metric]) -> None:
@@ -295,7 +295,7 @@ class StepLoop:
             committed(position, history)
 
 
-def train(args: argparse.Namespace, flag: StopFlag) -> None:
+def train(args: TrainOptions, flag: StopFlag) -> None:
     """Train on the dataset at ``args.dataset``; write the outputs and this rank's result into ``args.out``.
 
     Resumes from the newest sound checkpoint of the same run in ``args.checkpoint_dir``; raises StopRequested when

@@ -20,14 +20,15 @@ with ``num_classes`` and ``multi_label``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
 
-from hvdflow_wire.names import BUILT_IN_MODELS
+from hvdflow_wire.model_check import ModelCheck
+from hvdflow_wire.names import BUILT_IN_MODELS, USER_MODEL
 
-from ..user_code import USER_MODEL, UserCodeError, UserModelRef, built_by_user, call, load_function, user_frame
+from ..user_code import UserCodeError, UserModelRef, built_by_user, call, load_function, user_frame
 
 MODELS = BUILT_IN_MODELS
 CNN_FILTERS = (32, 64, 128)
@@ -112,7 +113,7 @@ def build_user_model(user: UserModelRef, shape: Tuple[int, ...], num_classes: in
 
 
 def check_user_model(user: UserModelRef, feature_shape: Sequence[int], num_classes: int, multi_label: bool, seed: int,
-                     deterministic: bool = True) -> Dict[str, Any]:
+                     deterministic: bool = True) -> ModelCheck:
     """Build the user's module for the dataset and take one SGD step on two zero samples with the task's loss
     (under torch's deterministic algorithms unless the experiment says ``deterministic: false``); what was built.
     UserCodeError naming what fails, an op without a deterministic implementation included."""
@@ -138,9 +139,8 @@ def check_user_model(user: UserModelRef, feature_shape: Sequence[int], num_class
                                 % (user.build, first)) from None
         raise UserCodeError("%s: a training step of the built model failed: %s%s"
                             % (user.build, first, user_frame(exc, user.code))) from None
-    return {"build": user.build, "parameters": sum(p.numel() for p in model.parameters()),
-            "output_shape": [None, num_classes], "input_shape": list(shape), "num_classes": num_classes,
-            "multi_label": multi_label}
+    return ModelCheck.built(user.build, sum(p.numel() for p in model.parameters()), shape, [None, num_classes],
+                            num_classes, multi_label)
 
 
 def loss_function(multi_label: bool) -> nn.Module:

@@ -8,7 +8,6 @@ training script's model its TorchScript archive, which :mod:`.evaluate` reads.
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Dict, List, Optional
 
@@ -16,6 +15,7 @@ import torch
 
 from hvdflow_wire.replace import replaced
 
+from ..options import TrainOptions
 from ..outputs import rank_result, weights_sha256, write_history, write_metrics
 from ..run_control import Position
 from ..tensorboard import write_epoch_scalars
@@ -29,7 +29,7 @@ def weights(model: torch.nn.Module) -> list:  # type: ignore[type-arg]
     return [tensor.detach().cpu().numpy() for tensor in model.state_dict().values()]
 
 
-def write_run_outputs(args: argparse.Namespace, model: torch.nn.Module, layout, history: List[Dict[str, float]],  # type: ignore[no-untyped-def]
+def write_run_outputs(args: TrainOptions, model: torch.nn.Module, layout, history: List[Dict[str, float]],  # type: ignore[no-untyped-def]
                       epoch_seconds: List[float], torchscript: Optional[bytes] = None) -> None:
     """Rank 0's outputs: ``model/model.pt``, ``history.csv``, ``tensorboard/`` and ``metrics.json``. ``torchscript``:
     a training script's model as a TorchScript archive, which evaluation loads without the script's code."""
@@ -45,7 +45,7 @@ def write_run_outputs(args: argparse.Namespace, model: torch.nn.Module, layout, 
     write_metrics(os.path.join(args.out, "metrics.json"), history, args.epochs, epoch_seconds, layout.steps_per_epoch)
 
 
-def numerics(args: argparse.Namespace) -> Dict[str, object]:
+def numerics(args: TrainOptions) -> Dict[str, object]:
     """The settings of this process that fix the order of floating-point sums."""
     return {"framework": "torch", "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "intra_op_threads": torch.get_num_threads(), "inter_op_threads": torch.get_num_interop_threads(),
@@ -64,7 +64,7 @@ def gpu_facts() -> List[Dict[str, object]]:
     return [{"name": torch.cuda.get_device_name(index), "compute_capability": "%d.%d" % (major, minor)}]
 
 
-def write_rank_result(args: argparse.Namespace, ranks, model: torch.nn.Module, position: Position,  # type: ignore[no-untyped-def]
+def write_rank_result(args: TrainOptions, ranks, model: torch.nn.Module, position: Position,  # type: ignore[no-untyped-def]
                       start: Position, loop, layout, topology: Optional[str] = None) -> None:
     """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
     its run went; ``topology``: the neighbour strategy's graph."""

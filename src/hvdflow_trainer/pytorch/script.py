@@ -11,7 +11,6 @@ mode (Horovod's ``DistributedOptimizer``, or ``DistributedDataParallel``); the m
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import time
@@ -20,6 +19,7 @@ from typing import Any, Dict, Iterator, List, NoReturn, Optional, Tuple
 import torch
 
 from ..faults import injected_failures
+from ..options import TrainOptions
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from ..script_run import ScriptEpochs, ranks_disagree
 from ..user_code import UserCodeError, user_model_of
@@ -43,7 +43,7 @@ class ScriptRun(ScriptEpochs):
     loss on logits (cross-entropy, or binary cross-entropy for multi-label data).
     """
 
-    def __init__(self, args: argparse.Namespace, flag: StopFlag) -> None:
+    def __init__(self, args: TrainOptions, flag: StopFlag) -> None:
         self._ranks = set_up_rank(args)
         self._args, self._flag = args, flag
         self._layout = Layout(args, self._ranks)
