@@ -16,10 +16,11 @@ import pytest
 
 from conftest import REPO, TinyRepo
 from hvdflow.doctor.findings import FAILURE, OK, WARNING, Finding, exit_status, render_text
-from hvdflow.doctor.node import MARKER, gpus, read_node_report
+from hvdflow.doctor.node import MARKER, NodeReport, gpus, read_node_report
 from hvdflow.doctor.profile_files import find_profile_folder, load_doctor_profile
 from hvdflow.doctor.slurm_checks import slurm_minutes
 from hvdflow.errors import ConfigError
+from hvdflow_wire import WireError
 
 
 def _tree(root: Path, tiny_repo: TinyRepo, registry_url: str, profile_extra: str = "") -> Path:
@@ -144,9 +145,19 @@ def test_findings_print_each_fix_under_its_line_and_only_failures_fail() -> None
 
 
 def test_the_node_report_is_read_back_from_the_job_steps_output() -> None:
-    line = MARKER + json.dumps({"host": "n7", "findings": [{"check": "node gpus", "status": "ok", "detail": "4"}]})
-    assert read_node_report(f"srun: job 5 queued\n{line}\n") == ("n7", [Finding("node gpus", OK, "4")])
+    report = NodeReport("n7", [Finding("node gpus", OK, "4"), Finding("node scratch", "failure", "full", "free it")])
+    assert report.line().startswith(MARKER)
+    assert read_node_report(f"srun: job 5 queued\n{report.line()}\n") == report
     assert read_node_report("srun: error: invalid partition specified: gpu-nope\n") is None
+    # a line that is not a report is named, never read as findings
+    finding = {"check": "node gpus", "status": "ok", "detail": "4", "fix": ""}
+    for data, said in (({"host": "n7", "findings": [{**finding, "status": "fine"}]}, "status 'fine' is not one of"),
+                       ({"host": "n7", "findings": [{**finding, "detail": 4}]}, r"findings\[0\]: detail is int"),
+                       ({"host": "n7"}, "missing findings")):
+        with pytest.raises(WireError, match=f"^the node's report line: .*{said}"):
+            read_node_report(MARKER + json.dumps(data) + "\n")
+    with pytest.raises(WireError, match="^the node's report line is not valid JSON"):
+        read_node_report(MARKER + "{'host'\n")
 
 
 def test_the_nodes_gpus_against_the_profile_where_no_driver_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:

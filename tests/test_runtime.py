@@ -25,6 +25,7 @@ from hvdflow.images.runc_probe import RuncProbe
 from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
 from hvdflow.launch.runtime.base import KINDS
 from hvdflow.launch.runtime.udocker import LAST_EXIT
+from hvdflow_wire import WireError
 from hvdflow_wire.task import NvidiaSetup
 from hvdflow_wire.values import from_json, to_json
 
@@ -120,6 +121,18 @@ def test_a_gpu_setup_that_udocker_leaves_undone_is_named(runtimes: dict[str, Run
                                            r".*\(its exit status is 0 all the same\)"):
         expose_gpus(setup)
     assert not list((tmp_path / "udocker" / ".hvdflow" / "nvidia").glob("*.done"))  # tried again at the next start
+
+
+def test_an_image_record_is_read_back_checked_and_a_malformed_one_named(tmp_path: Path) -> None:
+    record = _record(tmp_path / "udocker")
+    (tmp_path / "image.json").write_text(record.to_json())
+    assert ContainerRecord.read(tmp_path / "image.json") == record
+    older = {k: v for k, v in json.loads(record.to_json()).items() if k != "runc_container"}
+    (tmp_path / "older.json").write_text(json.dumps(older))  # from before execmode auto: no R1 container
+    assert ContainerRecord.read(tmp_path / "older.json") == record
+    (tmp_path / "bad.json").write_text(json.dumps({**older, "created": "yesterday"}))
+    with pytest.raises(WireError, match=r"bad\.json: created is str, expected float$"):
+        ContainerRecord.read(tmp_path / "bad.json")
 
 
 def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:

@@ -24,11 +24,6 @@ class Finding:
         if self.status not in STATUSES:
             raise ValueError(f"finding {self.check}: status {self.status!r} is not one of {STATUSES}")
 
-    @staticmethod
-    def from_json(data: Mapping[str, Any]) -> Finding:
-        """A finding as :meth:`as_json` wrote it (the compute node's, read on the login node)."""
-        return Finding(str(data["check"]), str(data["status"]), str(data["detail"]), str(data.get("fix", "")))
-
     def as_json(self) -> dict[str, str]:
         """The finding as a JSON object."""
         return asdict(self)

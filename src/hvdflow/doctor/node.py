@@ -3,8 +3,8 @@ hvdflow.doctor.node``): the GPUs the job got against the profile's ``gpus_per_no
 inside the job, writable, its free space against the largest prepared dataset), the udocker directory's filesystem
 seen from the node (a file the login node wrote, read back), and the interface the ranks would use.
 
-It prints one line, :data:`MARKER` followed by a JSON object (the node's name and its findings), which
-:func:`read_node_report` reads on the login node.
+It prints one line, :data:`MARKER` followed by its :class:`NodeReport` as a JSON object (the node's name and its
+findings), which :func:`read_node_report` reads, checked, on the login node.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -25,6 +26,8 @@ from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.errors import HvdflowError
 from hvdflow.files.heartbeat import size_text
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
+from hvdflow_wire import WireError
+from hvdflow_wire.values import from_json, parse_object, to_json
 
 MARKER = "hvdflow-doctor-node: "
 
@@ -111,12 +114,28 @@ def node_findings(profile_file: Path, probe: Path, expected: str, what: str, nee
             shared_directory(probe, expected, what), interface(cluster.network_interface)]
 
 
-def read_node_report(output: str) -> Optional[tuple[str, list[Finding]]]:
-    """The node's name and findings from the job step's output; None if it printed none."""
+@dataclass(frozen=True)
+class NodeReport:
+    """The node's name and its findings: the probe's one line."""
+
+    host: str
+    findings: list[Finding]
+
+    def line(self) -> str:
+        """The report as the probe prints it: :data:`MARKER` and the JSON object."""
+        return MARKER + json.dumps(to_json(self))
+
+
+def read_node_report(output: str) -> Optional[NodeReport]:
+    """The node's report from the job step's output; None if it printed none; WireError naming what is wrong with a
+    report line that is not one (not JSON, a key missing or of the wrong type, a status that is none)."""
     for line in output.splitlines():
         if line.startswith(MARKER):
-            data = json.loads(line[len(MARKER):])
-            return str(data["host"]), [Finding.from_json(f) for f in data["findings"]]
+            where = "the node's report line"
+            try:
+                return from_json(NodeReport, parse_object(line[len(MARKER):], where), where)
+            except ValueError as exc:  # Finding's own check of its status
+                raise WireError(str(exc) if isinstance(exc, WireError) else f"{where}: {exc}") from None
     return None
 
 
@@ -133,7 +152,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         findings = node_findings(args.profile_file, args.probe, args.expected, args.what, args.need_bytes)
     except HvdflowError as exc:
         findings = [failure("node", f"{socket.gethostname()}: {exc}", "fix the profile as the message says")]
-    print(MARKER + json.dumps({"host": socket.gethostname(), "findings": [f.as_json() for f in findings]}), flush=True)
+    print(NodeReport(socket.gethostname(), findings).line(), flush=True)
     return 0
 
 

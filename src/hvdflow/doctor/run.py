@@ -22,6 +22,7 @@ from hvdflow.errors import HvdflowError
 from hvdflow.files.heartbeat import tree_bytes
 from hvdflow.files.yamlfile import load_mapping
 from hvdflow.images.catalog import ImageSpec, load_catalog
+from hvdflow_wire import WireError
 
 NODE_JOB_MINUTES = 5
 NODE_JOB_WAIT = 600.0
@@ -63,12 +64,15 @@ def node_job(profile: DoctorProfile, workdir: Path) -> list[Finding]:
         except subprocess.TimeoutExpired:
             return [warning("node job", f"no node within {NODE_JOB_WAIT:.0f} s (the queue is busy)",
                             "run hvdflow doctor again later, or with --no-job for the login node's checks only")]
-    report = read_node_report(proc.stdout)
+    try:
+        report = read_node_report(proc.stdout)
+    except WireError as exc:
+        return [failure("node job", str(exc), "run the same hvdflow on the login and compute nodes (the shared "
+                        "directory's venv), or report this as a bug")]
     if report is None:
         return [failure("node job", f"srun exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-400:]}",
                         "fix what Slurm says above (the partition, account or GRES the profile asks for)")]
-    node, findings = report
-    return [ok("node job", f"ran on {node}"), *findings]
+    return [ok("node job", f"ran on {report.host}"), *report.findings]
 
 
 def _config(workdir: Path, config_file: Path) -> tuple[dict[str, Any], dict[str, ImageSpec], Path]:

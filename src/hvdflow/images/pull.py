@@ -27,6 +27,7 @@ from hvdflow.images.registry import Manifest, resolve_manifest
 from hvdflow.images.registry_auth import Credentials
 from hvdflow.images.runc_probe import probe_runc_mode, require_runc_mode
 from hvdflow.images.udocker import Udocker
+from hvdflow_wire.values import from_json, read_object
 
 NO_RUNC_CONTAINER = "no R1 container was made (the node that pulled the image could not run R1: its pull_image log says why)"
 """Why ``execmode: auto``'s record names no R1 container: the runtime's and the benchmark's words alike."""
@@ -52,6 +53,12 @@ class ContainerRecord:
     def to_json(self) -> str:
         """The record as JSON, as written to the state directory and to the pipeline's image outputs."""
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def read(cls, path: Path) -> "ContainerRecord":
+        """The record in ``path`` (a record from before ``runc_container`` existed has none); WireError naming the
+        file and what is wrong."""
+        return from_json(cls, {"runc_container": None, **read_object(str(path))}, str(path))
 
 
 def container_name(spec: ImageSpec, digest: str, execmode: str) -> str:
@@ -157,7 +164,7 @@ def read_container_record(udocker: Udocker, name: str) -> ContainerRecord | None
     path = _record_path(udocker, name)
     if not path.exists():
         return None
-    return ContainerRecord(**json.loads(path.read_text()))
+    return ContainerRecord.read(path)
 
 
 def pinned_container(udocker: Udocker, spec: ImageSpec, lock_path: Path, execmode: str | None = None

@@ -6,7 +6,6 @@ one line in :data:`KINDS`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
@@ -98,7 +97,7 @@ def make_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Runtime:
 def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path, execmode: Optional[str] = None) -> Runtime:
     """The runtime the profile asks for, with the image the record (a file the pull wrote) names; with ``execmode``,
     udocker's container of that mode (:func:`~hvdflow.images.pull.container_in_mode`)."""
-    record = ContainerRecord(**json.loads(image_record.read_text()))
+    record = ContainerRecord.read(image_record)
     if execmode is not None:
         record = container_in_mode(record, execmode)
     return make_runtime(RuntimeSettings.of_profile(profile, catalog), record)
