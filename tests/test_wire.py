@@ -18,6 +18,7 @@ from hvdflow.slurm.rank_task import rank_environment
 from hvdflow.slurm.staging import read_reports
 from hvdflow_index import write_json
 from hvdflow_wire import WireError
+from hvdflow_wire.benchmark import BenchmarkResult
 from hvdflow_wire.elastic import (
     DriverResult,
     EpochEnd,
@@ -401,3 +402,46 @@ def test_a_model_check_is_read_back_as_written_for_a_built_model_and_a_script(tm
     (tmp_path / "bad.json").write_text(json.dumps({**written, "parameters": "650"}))
     with pytest.raises(WireError, match=r"bad\.json: parameters is str, expected int$"):
         ModelCheck.read(str(tmp_path / "bad.json"))
+
+
+def _benchmark_result(**changes: object) -> dict[str, object]:
+    """Rank 0's result of a 2-rank mlp measurement with TensorFlow, as the trainer wrote it before it was a value."""
+    facts = [{"import_seconds": 1.5, "launch_to_import": 2.0, "hostname": "n1", "cpus": [r], "execmode": "R1"}
+             for r in range(2)]
+    return {"rank": 0, "kind": "mlp", "ranks": 2, "threads": 1, "tensorflow": "2.15.1", "horovod": "0.28.1", "gpus": 0,
+            "python": "3.11.2", "measured_seconds": 1.25, "steps": 30, "samples_per_second": 1536.0,
+            "parameters": 4810, "batch_size": 32, "warmup_steps": 5, "seconds_to_first_step": 3.5,
+            "import_seconds": 1.5, "launch_to_import_seconds": 2.0, "per_rank": facts, **changes}
+
+
+def test_a_benchmark_result_is_written_byte_for_byte_as_the_trainer_wrote_its_dict(tmp_path: Path) -> None:
+    sweep = {k: v for k, v in _benchmark_result().items() if k not in (
+        "measured_seconds", "steps", "samples_per_second", "parameters", "batch_size", "warmup_steps",
+        "seconds_to_first_step")}
+    sweep.update(kind="allreduce", allreduce=[{"size_bytes": 1024, "seconds": 0.5, "iterations": 50,
+                                               "bus_bandwidth_bytes_per_second": 2048.0}],
+                 tcp={"bytes": 8, "seconds": 1.0, "bytes_per_second": 8.0, "from": "rank 0", "to": "rank 1",
+                      "address": ["10.0.0.2", 4000]})
+    torch = {**_benchmark_result(), "torch": "2.5.1", "distributed": "ddp"}
+    del torch["tensorflow"]
+    for name, data in (("model", _benchmark_result()), ("sweep", sweep), ("torch", torch)):
+        write_json(str(tmp_path / f"{name}-before.json"), data)
+        result = BenchmarkResult.read(str(tmp_path / f"{name}-before.json"))
+        result.write(str(tmp_path / f"{name}.json"))
+        assert (tmp_path / f"{name}.json").read_bytes() == (tmp_path / f"{name}-before.json").read_bytes(), name
+    read = BenchmarkResult.read(str(tmp_path / "sweep.json"))
+    assert read.tcp is not None and (read.tcp.sender, read.tcp.receiver) == ("rank 0", "rank 1")
+    assert read.samples_per_second is None and read.per_rank[1].cpus == [1]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"samples_per_second": "fast"}, "samples_per_second is str, expected float"),
+    ({"per_rank": [{"import_seconds": 1.0}]}, "per_rank[0]: missing cpus, execmode, hostname, launch_to_import"),
+    ({"gpu": 1}, "unknown gpu"),
+])
+def test_a_malformed_benchmark_result_is_named(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(_benchmark_result(**change)))
+    with pytest.raises(WireError) as error:
+        BenchmarkResult.read(str(path))
+    assert str(error.value) == f"{path}: {message}"

@@ -36,8 +36,14 @@ from .rank_exit import run_rank
 def main(argv: Optional[List[str]] = None) -> None:
     """Command-line entry point of every rank."""
     args = BenchmarkOptions.parse(argv)
-    result = frameworks.module_of(args.framework, "benchmark").run(args)  # the folder times its own imports
-    write_json(os.path.join(args.out, "rank-%d.json" % result["rank"]), result)
+    rank, result = frameworks.module_of(args.framework, "benchmark").run(args)  # the folder times its own imports
+    # every rank writes its rank-<r>.json (the launchers take a rank that exits 0 without one for a failed rank):
+    # rank 0 its result, the others their rank
+    path = os.path.join(args.out, "rank-%d.json" % rank)
+    if result is not None:
+        result.write(path)
+    else:
+        write_json(path, {"rank": rank})
 
 
 if __name__ == "__main__":

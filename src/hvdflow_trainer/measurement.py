@@ -11,6 +11,8 @@ import socket
 import time
 from typing import Any, Callable, Dict, List, Tuple
 
+from hvdflow_wire.benchmark import AllreduceTime, RankFacts, TcpStream
+
 from .network import interface_address
 
 SHAPES: Dict[str, Tuple[Tuple[int, ...], int, bool]] = {
@@ -60,11 +62,23 @@ def long_enough_window(steps: int, seconds: float, min_seconds: float, rank0: Ca
         steps, seconds = longer, timed_pass(longer)
 
 
-def rank_facts(import_seconds: float, launch_to_import: float) -> Dict[str, Any]:
+def rank_facts(import_seconds: float, launch_to_import: float) -> RankFacts:
     """What every framework's rank reports of itself for the measurement's ``per_rank``: its start, host, cores, and
     the udocker mode that ran it (None outside udocker)."""
-    return {"import_seconds": import_seconds, "launch_to_import": launch_to_import, "hostname": socket.gethostname(),
-            "cpus": sorted(os.sched_getaffinity(0)), "execmode": os.environ.get("HVDFLOW_UDOCKER_MODE")}
+    return RankFacts(import_seconds, launch_to_import, socket.gethostname(), sorted(os.sched_getaffinity(0)),
+                     os.environ.get("HVDFLOW_UDOCKER_MODE"))
+
+
+def ranks_start(facts: List[RankFacts]) -> Dict[str, Any]:
+    """The result's fields of the ranks' start: the slowest rank's import and launch-to-import, and every rank's
+    facts."""
+    return {"import_seconds": max(f.import_seconds for f in facts),
+            "launch_to_import_seconds": max(f.launch_to_import for f in facts), "per_rank": list(facts)}
+
+
+def allreduce_time(size: int, seconds: float, iterations: int, ranks: int) -> AllreduceTime:
+    """One message size's row of the allreduce sweep."""
+    return AllreduceTime(size, seconds, iterations, bus_bandwidth(size, seconds, ranks))
 
 
 def iterations_for(size_bytes: int) -> int:
@@ -73,7 +87,7 @@ def iterations_for(size_bytes: int) -> int:
 
 
 def tcp_bandwidth(rank: int, size: int, broadcast_object: Callable[[Any, int], Any],
-                  allgather_object: Callable[[Any], List[Any]]) -> Dict[str, object]:
+                  allgather_object: Callable[[Any], List[Any]]) -> TcpStream:
     """Stream TCP_BYTES over one plain TCP connection from rank 0 to the last rank (on another node when the ranks
     span nodes), on the interface Gloo uses; bytes/s, the slower side's view. ``broadcast_object(obj, root)`` and
     ``allgather_object(obj)`` are the framework's (every rank calls this)."""
@@ -109,5 +123,5 @@ def tcp_bandwidth(rank: int, size: int, broadcast_object: Callable[[Any, int], A
         seconds = time.perf_counter() - start
         sender.close()
     times = allgather_object(seconds)
-    return {"bytes": TCP_BYTES, "seconds": max(times), "bytes_per_second": TCP_BYTES / max(times),
-            "from": "rank 0", "to": "rank %d" % last, "address": list(address)}  # type: ignore[arg-type]
+    return TcpStream(TCP_BYTES, max(times), TCP_BYTES / max(times), "rank 0", "rank %d" % last,
+                     list(address))  # type: ignore[arg-type]

@@ -4,7 +4,9 @@ A wire value is a frozen dataclass whose fields are JSON values (``int``, ``floa
 ``Optional``, ``List``, ``Dict[str, ...]``) or other wire values; :func:`to_json` and :func:`from_json` turn one
 into a JSON object and back, checking every key against the field's type. A class may name a field's key in JSON
 differently (``JSON_KEYS``), carry a constant key that tells it from the other records of its file (``TAG``: key
-and value), and keep every other key of its object in one ``Dict`` field (``REST``: that field's name).
+and value), keep every other key of its object in one ``Dict`` field (``REST``: that field's name), and leave out of
+its object the ``Optional`` fields that are None (``ABSENT_WHEN_NONE``: their names; such a field is None where its
+key is absent).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ def to_json(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         cls = type(value)
         keys, rest, tag = _json_keys(cls), getattr(cls, "REST", None), getattr(cls, "TAG", None)
+        absent = getattr(cls, "ABSENT_WHEN_NONE", ())
         data = dict(to_json(getattr(value, rest))) if rest else {}
         data.update({keys.get(f.name, f.name): to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
-                     if f.name != rest})
+                     if f.name != rest and not (f.name in absent and getattr(value, f.name) is None)})
         if tag:
             data[tag[0]] = tag[1]
         return data
@@ -89,6 +92,8 @@ def from_json(cls: Type[T], data: object, where: str) -> T:
     if tag and data.pop(tag[0], None) != tag[1]:
         raise WireError("%s: %s is not %s" % (where, tag[0], json.dumps(tag[1])))
     fields = {keys.get(f.name, f.name): f.name for f in dataclasses.fields(cls) if f.name != rest}
+    for name in getattr(cls, "ABSENT_WHEN_NONE", ()):
+        data.setdefault(keys.get(name, name), None)
     missing = sorted(set(fields) - set(data))
     unknown = [] if rest else sorted(set(data) - set(fields))
     if missing or unknown:

@@ -26,6 +26,9 @@ from hvdflow.launch.supervise import note
 from hvdflow.pipeline.dispatch import launch
 from hvdflow.pipeline.stages import cpu_plan
 from hvdflow.slurm.jobinfo import current_job, start_time
+from hvdflow_wire import WireError
+from hvdflow_wire.benchmark import BenchmarkResult
+from hvdflow_wire.values import to_json
 
 Z95 = 1.96
 """The half-width of a 95 % interval in standard deviations (normal approximation, as the issue asks)."""
@@ -53,7 +56,10 @@ def measure(runtime: Runtime, launcher: str, spec: BenchmarkSpec, measurement: M
         result_file = work / "rank-0.json"
         if not result_file.exists():
             raise LaunchError(f"benchmark {measurement.name}: the ranks exited 0 but rank 0 wrote no {result_file}")
-        result = json.loads(result_file.read_text())
+        try:
+            result = to_json(BenchmarkResult.read(str(result_file)))
+        except WireError as exc:
+            raise LaunchError(f"benchmark {measurement.name}: rank 0's result is malformed: {exc}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result.update(measurement=asdict(measurement), launcher=launcher, cpus=cpus.why,

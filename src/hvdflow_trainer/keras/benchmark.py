@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Dict, List
+from typing import Any, Dict, List, Optional, Tuple
+
+from hvdflow_wire.benchmark import AllreduceTime, BenchmarkResult
 
 from ..measurement import (
     ALLREDUCE,
     SHAPES,
-    bus_bandwidth,
+    allreduce_time,
     iterations_for,
     long_enough_window,
     rank_facts,
+    ranks_start,
     tcp_bandwidth,
 )
 from ..options import BenchmarkOptions
@@ -67,7 +70,7 @@ def _timed_model(args: BenchmarkOptions, hvd, hvd_tf, tf) -> Dict[str, object]: 
             "parameters": int(model.count_params())}
 
 
-def _allreduce_sweep(args: BenchmarkOptions, hvd, tf) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
+def _allreduce_sweep(args: BenchmarkOptions, hvd, tf) -> List[AllreduceTime]:  # type: ignore[no-untyped-def]
     """Time Horovod's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib`` (``hvd``:
     ``horovod.tensorflow``); each size's time is the slowest rank's mean."""
     rows = []
@@ -82,14 +85,12 @@ def _allreduce_sweep(args: BenchmarkOptions, hvd, tf) -> List[Dict[str, float]]:
             hvd.allreduce(tensor, op=hvd.Sum, name="bench%d" % kib).numpy()
         seconds = (time.perf_counter() - start) / iterations
         seconds = float(hvd.allreduce(tf.constant(seconds), op=hvd.Max, name="time%d" % kib).numpy())
-        rows.append({"size_bytes": size, "seconds": seconds, "iterations": iterations,
-                     "bus_bandwidth_bytes_per_second": bus_bandwidth(size, seconds, hvd.size())})
+        rows.append(allreduce_time(size, seconds, iterations, hvd.size()))
     return rows
 
 
-def run(args: BenchmarkOptions) -> Dict[str, object]:
-    """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
-    ``rank-<r>.json``: the launchers take a rank that exits 0 without one for a failed rank)."""
+def run(args: BenchmarkOptions) -> Tuple[int, Optional[BenchmarkResult]]:
+    """Measure as ``args`` say; this rank and, on rank 0, the result (None on the other ranks)."""
     started = time.perf_counter()
     import horovod
     import horovod.tensorflow as hvd_tf
@@ -107,23 +108,22 @@ def run(args: BenchmarkOptions) -> Dict[str, object]:
     tf.keras.utils.set_random_seed(args.seed)
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    result: Dict[str, object] = {"rank": hvd.rank(), "kind": args.kind, "ranks": hvd.size(), "threads": args.threads,
-                                 "tensorflow": tf.__version__, "horovod": horovod.__version__,
-                                 "gpus": len(gpus), "python": sys.version.split()[0]}
+    measured: Dict[str, Any] = {}
     if args.kind == ALLREDUCE:
-        result["allreduce"] = _allreduce_sweep(args, hvd_tf, tf)
-        result["tcp"] = tcp_bandwidth(hvd.rank(), hvd.size(),
-                                      lambda obj, root: hvd_tf.broadcast_object(obj, root_rank=root, name="tcp_address"),
-                                      lambda obj: hvd_tf.allgather_object(obj, name="tcp_seconds"))
+        measured["allreduce"] = _allreduce_sweep(args, hvd_tf, tf)
+        measured["tcp"] = tcp_bandwidth(hvd.rank(), hvd.size(),
+                                        lambda obj, root: hvd_tf.broadcast_object(obj, root_rank=root, name="tcp_address"),
+                                        lambda obj: hvd_tf.allgather_object(obj, name="tcp_seconds"))
     else:
-        result.update(_timed_model(args, hvd, hvd_tf, tf), batch_size=args.batch_size,
-                      warmup_steps=args.warmup_steps)
-        first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
-        result["seconds_to_first_step"] = max(hvd_tf.allgather_object(first, name="first_step"))
-    ranks = hvd_tf.allgather_object(rank_facts(import_seconds, imported_at - args.launched), name="rank_facts")
-    result["import_seconds"] = max(float(r["import_seconds"]) for r in ranks)
-    result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in ranks)
-    result["per_rank"] = ranks
-    return result if hvd.rank() == 0 else {"rank": hvd.rank()}
+        measured.update(_timed_model(args, hvd, hvd_tf, tf), batch_size=args.batch_size,
+                        warmup_steps=args.warmup_steps)
+        first = float(measured.pop("first_step_end")) - args.launched
+        measured["seconds_to_first_step"] = max(hvd_tf.allgather_object(first, name="first_step"))
+    facts = hvd_tf.allgather_object(rank_facts(import_seconds, imported_at - args.launched), name="rank_facts")
+    if hvd.rank() != 0:
+        return hvd.rank(), None
+    return 0, BenchmarkResult(rank=0, kind=args.kind, ranks=hvd.size(), threads=args.threads, gpus=len(gpus),
+                              python=sys.version.split()[0], horovod=horovod.__version__, tensorflow=tf.__version__,
+                              **ranks_start(facts), **measured)
 
 

@@ -6,9 +6,19 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..measurement import ALLREDUCE, SHAPES, bus_bandwidth, iterations_for, long_enough_window, rank_facts
+from hvdflow_wire.benchmark import AllreduceTime, BenchmarkResult
+
+from ..measurement import (
+    ALLREDUCE,
+    SHAPES,
+    allreduce_time,
+    iterations_for,
+    long_enough_window,
+    rank_facts,
+    ranks_start,
+)
 from ..options import BenchmarkOptions
 
 
@@ -58,7 +68,7 @@ def _timed_model(args: BenchmarkOptions, ranks, torch) -> Dict[str, object]:  # 
             "parameters": sum(p.numel() for p in model.parameters())}
 
 
-def _allreduce_sweep(args: BenchmarkOptions, ranks, torch) -> List[Dict[str, float]]:  # type: ignore[no-untyped-def]
+def _allreduce_sweep(args: BenchmarkOptions, ranks, torch) -> List[AllreduceTime]:  # type: ignore[no-untyped-def]
     """Time the distributed mode's allreduce (sum) of float32 tensors of each size in ``args.sizes_kib``; each size's
     time is the slowest rank's mean."""
     rows = []
@@ -72,14 +82,12 @@ def _allreduce_sweep(args: BenchmarkOptions, ranks, torch) -> List[Dict[str, flo
         for _ in range(iterations):
             ranks.allreduce_sum(tensor, "bench%d" % kib)
         seconds = max(ranks.allgather_object((time.perf_counter() - start) / iterations))
-        rows.append({"size_bytes": size, "seconds": seconds, "iterations": iterations,
-                     "bus_bandwidth_bytes_per_second": bus_bandwidth(size, seconds, ranks.size)})
+        rows.append(allreduce_time(size, seconds, iterations, ranks.size))
     return rows
 
 
-def run(args: BenchmarkOptions) -> Dict[str, object]:
-    """Measure as ``args`` say; rank 0's result, or ``{"rank": r}`` on the other ranks (every rank writes its
-    ``rank-<r>.json``)."""
+def run(args: BenchmarkOptions) -> Tuple[int, Optional[BenchmarkResult]]:
+    """Measure as ``args`` say; this rank and, on rank 0, the result (None on the other ranks)."""
     started = time.perf_counter()
     import horovod
     import torch
@@ -100,24 +108,22 @@ def run(args: BenchmarkOptions) -> Dict[str, object]:
         torch.cuda.set_device(gpu)
     ranks = join_ranks(args.distributed, gpu)
     torch.manual_seed(args.seed)
-    result: Dict[str, object] = {"rank": ranks.rank, "kind": args.kind, "ranks": ranks.size, "threads": args.threads,
-                                 "torch": torch.__version__, "horovod": horovod.__version__,
-                                 "distributed": args.distributed, "gpus": torch.cuda.device_count(),
-                                 "python": sys.version.split()[0]}
+    measured: Dict[str, Any] = {}
     if args.kind == ALLREDUCE:
         # no raw TCP stream here: with it, both Horovod ranks of the torch image hung in the collective after it
         # under udocker P1 (2026-11-27, not investigated further); the TensorFlow sweep of the same layout measures
         # the network
-        result["allreduce"] = _allreduce_sweep(args, ranks, torch)
+        measured["allreduce"] = _allreduce_sweep(args, ranks, torch)
     else:
-        result.update(_timed_model(args, ranks, torch), batch_size=args.batch_size, warmup_steps=args.warmup_steps)
-        first = float(result.pop("first_step_end")) - args.launched  # type: ignore[arg-type]
-        result["seconds_to_first_step"] = max(ranks.allgather_object(first))
+        measured.update(_timed_model(args, ranks, torch), batch_size=args.batch_size, warmup_steps=args.warmup_steps)
+        first = float(measured.pop("first_step_end")) - args.launched
+        measured["seconds_to_first_step"] = max(ranks.allgather_object(first))
     facts = ranks.allgather_object(rank_facts(import_seconds, imported_at - args.launched))
-    result["import_seconds"] = max(float(r["import_seconds"]) for r in facts)
-    result["launch_to_import_seconds"] = max(float(r["launch_to_import"]) for r in facts)
-    result["per_rank"] = facts
-    rank = ranks.rank
+    rank, size = ranks.rank, ranks.size
     ranks.barrier()  # no rank leaves the group while another is still in a collective (rank 0 hung in DDP's teardown)
     ranks.shutdown()
-    return result if rank == 0 else {"rank": rank}
+    if rank != 0:
+        return rank, None
+    return 0, BenchmarkResult(rank=0, kind=args.kind, ranks=size, threads=args.threads, gpus=torch.cuda.device_count(),
+                              python=sys.version.split()[0], horovod=horovod.__version__, torch=torch.__version__,
+                              distributed=args.distributed, **ranks_start(facts), **measured)
