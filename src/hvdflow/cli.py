@@ -17,6 +17,7 @@ from hvdflow.files.heartbeat import heartbeat, layers_text, to_stderr
 from hvdflow.images.catalog import PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.modes import PROFILE_EXECMODES
 from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow_wire.names import FRAMEWORKS
 
 
 def default_udocker_dir() -> Path:
@@ -320,7 +321,7 @@ def _image_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     check.add_argument("--purposes", default=None, help="train,prepare (default: the catalogue's purposes)")
     check.add_argument("--launcher", choices=LAUNCHERS, default="gloo", help="the controller training needs")
     check.add_argument("--sources", default=None, help="the dataset sources it must prepare (default: all)")
-    check.add_argument("--framework", choices=("tensorflow", "pytorch"), default=None,
+    check.add_argument("--framework", choices=FRAMEWORKS, default=None,
                        help="what trains in it (default: pytorch for an image the catalogue gives torch and no TensorFlow)")
     check.add_argument("--proot", choices=PROOT_ENGINES, default="image", help="the proot of udocker's P1/P2")
     check.set_defaults(func=cmd_image_check)
