@@ -22,7 +22,7 @@ from hvdflow.errors import ConfigError, ImageError, UdockerError
 from hvdflow.images.execmode_choice import MODE_ENV, REFUSED, chooser_argv
 from hvdflow.images.pull import ContainerRecord, container_in_mode
 from hvdflow.images.runc_probe import RuncProbe
-from hvdflow.launch.runtime import Runtime, RuntimeSettings, expose_gpus, make_runtime
+from hvdflow.launch.runtime import ImageStore, Runtime, RuntimeSettings, expose_gpus, image_store, make_runtime
 from hvdflow.launch.runtime.base import KINDS
 from hvdflow.launch.runtime.udocker import LAST_EXIT
 from hvdflow_wire import WireError
@@ -70,6 +70,21 @@ def test_every_runtime_the_factory_builds_satisfies_the_protocol(runtimes: dict[
     setup = runtime.gpu_setup()
     assert setup is None or from_json(NvidiaSetup, to_json(setup), "gpu_setup") == setup   # a value of the task file
     assert runtime.engine() and all(isinstance(v, str) for v in runtime.engine().values())
+
+
+@pytest.mark.parametrize("kind", ["udocker", "native"])
+def test_every_runtimes_image_store_satisfies_the_protocol(kind: str, tmp_path: Path) -> None:
+    store = image_store(kind, tmp_path / "store", allow_root=True)
+    assert isinstance(store, ImageStore)
+    assert store.location == tmp_path / "store" and store.checks_dir.is_relative_to(store.location)
+    (tmp_path / "store" / "layers").mkdir(parents=True)
+    (tmp_path / "store" / "layers" / "sha256:ab").write_bytes(b"\0" * 3 * 2 ** 20)
+    assert store.progress() == "3.0 MiB in udocker's layers"
+    with pytest.raises(ConfigError, match="unknown runtime 'docker'; choose one of udocker, native"):
+        image_store("docker", tmp_path)
+    if os.geteuid() == 0:  # udocker refuses root unless told (the suite's root has HVDFLOW_ALLOW_ROOT unset here)
+        with pytest.raises(UdockerError, match="root"):
+            image_store(kind, tmp_path / "store", allow_root=False)
 
 
 def test_the_native_runtime_runs_a_command_for_real(runtimes: dict[str, Runtime], tmp_path: Path) -> None:
@@ -151,6 +166,20 @@ def test_no_module_outside_the_runtime_package_imports_a_runtime_of_its_own() ->
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.relative_to(REPO)}: {n}" for n in names if n in concrete]
+    assert not offenders
+
+
+def test_only_the_runtime_package_gets_images_from_udocker() -> None:
+    """The pull step, ``hvdflow image``, doctor and rerun reach images through the runtime's ImageStore only: no
+    module outside ``images/`` and the runtime package makes a Udocker or calls udocker's image functions."""
+    doors = {"Udocker", "pull_image", "load_image", "loaded_image", "ensure_container", "pinned_container"}
+    offenders = []
+    for path in sorted((REPO / "src" / "hvdflow").rglob("*.py")):
+        if RUNTIME_PACKAGE in path.parents or REPO / "src" / "hvdflow" / "images" in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                offenders += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name in doors]
     assert not offenders
 
 

@@ -13,10 +13,10 @@ from typing import Callable, Optional
 
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
-from hvdflow.files.heartbeat import heartbeat, layers_text, to_stderr
+from hvdflow.files.heartbeat import heartbeat, to_stderr
 from hvdflow.images.catalog import PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.modes import PROFILE_EXECMODES
-from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.images.udocker import allow_root_from_env
 from hvdflow_wire.names import FRAMEWORKS
 
 
@@ -65,28 +65,29 @@ def _require_registry(args: argparse.Namespace) -> str:
 
 
 def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[no-untyped-def]
-    """Pull (or, given ``args.archive``, load) the image, verified and locked, and create its container."""
+    """Pull (or, given ``args.archive``, load) the image into udocker's store, verified and locked, and create its
+    container; the store and the container's record."""
     from hvdflow.images.lockfile import read_lock
-    from hvdflow.images.offline import NO_REGISTRY, load_image, loaded_image
-    from hvdflow.images.pull import ensure_container, pull_image
+    from hvdflow.images.offline import NO_REGISTRY
+    from hvdflow.launch.runtime import image_store
 
     catalog = load_catalog(args.catalog)
     spec = get_image(catalog, args.image, args.catalog)
-    udocker = Udocker(args.udocker_dir or default_udocker_dir(), allow_root=args.allow_root)
+    store = image_store("udocker", args.udocker_dir or default_udocker_dir(), allow_root=args.allow_root)
     lock = _lock_path(args)
     before = read_lock(lock).get(spec.name)
     archive: Optional[Path] = getattr(args, "archive", None)
-    with heartbeat(to_stderr, f"{'loading' if archive else 'pulling'} {spec.name}", lambda: layers_text(udocker.udocker_dir)):
+    with heartbeat(to_stderr, f"{'loading' if archive else 'pulling'} {spec.name}", store.progress):
         if archive is not None:
-            manifest = load_image(udocker, spec, archive, lock, update_lock=update_lock)
+            manifest = store.load(spec, archive, lock, update_lock=update_lock)
         elif getattr(args, "registry", None) == NO_REGISTRY and not update_lock:
-            manifest = loaded_image(udocker, spec, lock)
+            manifest = store.loaded(spec, lock)
         else:
-            manifest = pull_image(udocker, spec, spec.registry or _require_registry(args), lock, update_lock=update_lock)
+            manifest = store.pull(spec, spec.registry or _require_registry(args), lock, update_lock=update_lock)
     if update_lock and before is not None and before.digest != manifest.digest:
         print(f"hvdflow: {lock}: {spec.name} ({spec.reference}) moved from {before.digest} to {manifest.digest}",
               file=sys.stderr)
-    return udocker, ensure_container(udocker, spec, manifest, args.execmode)
+    return store, store.create(spec, manifest, args.execmode)
 
 
 def cmd_image_pull(args: argparse.Namespace) -> int:
@@ -102,14 +103,14 @@ def cmd_image_check(args: argparse.Namespace) -> int:
     from hvdflow.launch.image_check import SOURCE_MODULES, check_image, needs_of, refusal, table
     from hvdflow.launch.runtime import RuntimeSettings, make_runtime
 
-    udocker, record = _pull(args)
+    store, record = _pull(args)
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
     purposes = args.purposes.split(",") if args.purposes else list(spec.purposes)
     sources = args.sources.split(",") if args.sources else sorted(SOURCE_MODULES)
     framework = args.framework or ("pytorch" if spec.tensorflow == "none" and spec.torch != "none" else "tensorflow")
     needs = needs_of(purposes, args.launcher, spec.device == "gpu", sources, framework)
     runtime = make_runtime(RuntimeSettings("udocker", proot=args.proot, allow_root=args.allow_root), record)
-    check = check_image(runtime, record.digest, udocker.state_dir / "checks", needs)
+    check = check_image(runtime, record.digest, store.checks_dir, needs)
     sys.stdout.write(table(spec.name, record.digest, check.parts))
     problem = refusal(spec.name, check.parts)
     if problem is not None:

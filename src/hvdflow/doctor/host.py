@@ -22,12 +22,12 @@ from hvdflow.images.build.rootless import rootless_problem
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.modes import AUTO_MODE, RUNC_MODES
-from hvdflow.images.offline import NO_REGISTRY, loaded_image
-from hvdflow.images.pull import ContainerRecord, pinned_container
+from hvdflow.images.offline import NO_REGISTRY
+from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.registry import resolve_manifest
 from hvdflow.images.runc_probe import probe_runc_mode
-from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
+from hvdflow.launch.runtime import image_store_of
 
 UDOCKER_FREE_WARNING = 10 * 1024 ** 3
 """Free space below which the udocker directory gets a warning: an image is 1-3 GiB pulled, as much again created."""
@@ -189,7 +189,7 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
         check = f"image {name}"
         if profile.registry == NO_REGISTRY:
             try:
-                manifest = loaded_image(Udocker(profile.udocker_dir, allow_root=allow_root_from_env()), spec, lock_path)
+                manifest = image_store_of(profile).loaded(spec, lock_path)
             except HvdflowError as exc:
                 findings.append(failure(check, str(exc), f"hvdflow image load {name} ARCHIVE"))
             else:
@@ -218,10 +218,10 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
 def _pinned(profile: ClusterProfile, spec: ImageSpec, lock_path: Path) -> Optional[ContainerRecord]:
     """The container the pipeline's pull falls back on where no registry answers, if there is one."""
     try:
-        udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
+        store = image_store_of(profile)
     except HvdflowError:
         return None
-    return pinned_container(udocker, spec, lock_path, profile.execmode)
+    return store.pinned(spec, lock_path, profile.execmode)
 
 
 def open_mpi(profile: ClusterProfile, specs: Sequence[ImageSpec]) -> Optional[Finding]:

@@ -56,12 +56,6 @@ def tree_bytes(folder: Path) -> int:
     return total
 
 
-def layers_text(udocker_dir: Path) -> str:
-    """A pull's progress detail: the bytes in udocker's layer store (it grows as layers arrive). Not the containers:
-    walking every created container's tree (1.8 GB, tens of thousands of files each) took longer than a beat."""
-    return f"{size_text(tree_bytes(udocker_dir / 'layers'))} in udocker's layers"
-
-
 def last_line(path: Path) -> str:
     """The last non-empty line of ``path`` (its last 4 KiB read); "" if there is none yet."""
     try:

@@ -16,16 +16,15 @@ from hvdflow.config.profile import ClusterProfile
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ImageError, LaunchError, RegistryUnreachable, RunStopped
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.files.heartbeat import file_size, fresh_last_line, heartbeat, last_line, layers_text
+from hvdflow.files.heartbeat import file_size, fresh_last_line, heartbeat, last_line
 from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.modes import AUTO_MODE
-from hvdflow.images.offline import NO_REGISTRY, loaded_image
-from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
+from hvdflow.images.offline import NO_REGISTRY
+from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.runc_probe import probe_runc_mode
-from hvdflow.images.udocker import Udocker, allow_root_from_env
 from hvdflow.launch import faults
 from hvdflow.launch.image_check import ImageCheck, check_image, needs_of, refusal, table
-from hvdflow.launch.runtime import RuntimeSettings, make_runtime, runtime_for, setup_log
+from hvdflow.launch.runtime import ImageStore, RuntimeSettings, image_store_of, make_runtime, runtime_for, setup_log
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
@@ -83,10 +82,10 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
     container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
     digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
-    with logged(log, lambda: layers_text(profile.udocker_dir)):
+    store = image_store_of(profile)
+    with logged(log, store.progress):
         spec = get_image(load_catalog(catalog), image, catalog)
-        udocker = Udocker(profile.udocker_dir, allow_root=allow_root_from_env())
-        record = _pulled(udocker, spec, profile, lock, log)
+        record = _pulled(store, spec, profile, lock, log)
         if record.execmode == AUTO_MODE:
             note(log, f"hvdflow: execmode auto: containers {record.container} (P1) and "
                  + (f"{record.runc_container} (R1)" if record.runc_container else
@@ -95,7 +94,7 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         # the image is checked in udocker, whichever runtime the profile's jobs use
         runtime = make_runtime(replace(RuntimeSettings.of_profile(profile, catalog), kind="udocker"), record)
         # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)
-        checks = [check_image(runtime, record.digest, udocker.state_dir / "checks",
+        checks = [check_image(runtime, record.digest, store.checks_dir,
                               needs_of(purposes, profile.launcher, spec.device == "gpu", sources, framework))
                   for framework in frameworks or ("tensorflow",)]
         check = ImageCheck(checks[0].digest, checks[0].facts, [part for c in checks for part in c.parts])
@@ -109,15 +108,15 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
         write_json_atomic(record_out, asdict(record))
 
 
-def _pulled(udocker: Udocker, spec: ImageSpec, profile: ClusterProfile, lock: Path, log: Path) -> ContainerRecord:
+def _pulled(store: ImageStore, spec: ImageSpec, profile: ClusterProfile, lock: Path, log: Path) -> ContainerRecord:
     """The image's container: pulled (or loaded) and verified against the lock, then created once. Where the
     registry cannot be reached at all, the container made earlier from the pinned digest serves, said in the log."""
     if profile.registry == NO_REGISTRY:
-        return ensure_container(udocker, spec, loaded_image(udocker, spec, lock), profile.execmode)
+        return store.create(spec, store.loaded(spec, lock), profile.execmode)
     try:
-        return ensure_container(udocker, spec, pull_image(udocker, spec, profile.registry, lock), profile.execmode)
+        return store.create(spec, store.pull(spec, profile.registry, lock), profile.execmode)
     except RegistryUnreachable as unreachable:
-        record = pinned_container(udocker, spec, lock, profile.execmode)
+        record = store.pinned(spec, lock, profile.execmode)
         if record is None:
             raise
         note(log, f"hvdflow: {unreachable}; using container {record.container}, made from the pinned digest "

@@ -22,8 +22,8 @@ from typing import Optional
 from hvdflow.errors import HvdflowError, RerunRefused
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.images.catalog import get_image, load_catalog
-from hvdflow.images.offline import NO_REGISTRY, load_image
-from hvdflow.images.udocker import Udocker, allow_root_from_env
+from hvdflow.images.offline import NO_REGISTRY
+from hvdflow.launch.runtime import image_store
 from hvdflow.rerun import inputs
 from hvdflow.rerun.compare import DEFAULT_TOLERANCE, Comparison, compare, table
 from hvdflow.rerun.recreate import Settings, read_record, recreate, workdir_of
@@ -98,9 +98,9 @@ def _load_recorded_image(record: dict, root: Path, settings: Settings, archive: 
     recorded digest, so an archive of other bytes is refused with both digests named."""
     catalog = root / record["config"]["catalog"]
     spec = get_image(load_catalog(catalog), record["image"]["name"], catalog)
-    udocker = Udocker(Path(record["profile"]["udocker_dir"]), allow_root=allow_root_from_env())
+    store = image_store(record["profile"].get("runtime", "udocker"), Path(record["profile"]["udocker_dir"]))
     print(f"hvdflow rerun: loading {spec.reference} from {archive}", flush=True)
-    load_image(udocker, spec, archive.resolve(), root / settings.lock)
+    store.load(spec, archive.resolve(), root / settings.lock)
 
 
 def rerun(request: RerunRequest) -> Comparison:

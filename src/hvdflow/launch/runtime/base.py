@@ -1,7 +1,8 @@
-"""What a runtime is (:class:`Runtime`) and the one factory that builds the runtime a profile asks for.
+"""What a runtime is (:class:`Runtime`) and the one factory that builds the runtime a profile asks for, and the
+store its images come from (:class:`~hvdflow.launch.runtime.store.ImageStore`).
 
-A new runtime is one module beside this one (its class, its builder, what the run record says of its engine) and
-one line in :data:`KINDS`.
+A new runtime is one module beside this one (its class, its builder, its image store, what the run record says of
+its engine) and one line in :data:`KINDS`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord, container_in_mode
+from hvdflow.images.udocker import allow_root_from_env
 from hvdflow.launch.runtime.native import native_recorded_engine, native_runtime, native_setup_log
 from hvdflow.launch.runtime.settings import RuntimeSettings
+from hvdflow.launch.runtime.store import ImageStore
 from hvdflow.launch.runtime.udocker import expose_gpus as udocker_expose_gpus
 from hvdflow.launch.runtime.udocker import udocker_recorded_engine, udocker_runtime
+from hvdflow.launch.runtime.udocker_store import udocker_store
 from hvdflow_wire.task import NvidiaSetup
 
 
@@ -64,34 +68,49 @@ class RuntimeKind:
 
     build: Callable[[RuntimeSettings, ContainerRecord], Runtime]
     recorded_engine: Callable[[RuntimeSettings, Mapping[str, Any]], Optional[dict[str, Any]]]
+    store: Callable[[Path, bool], ImageStore]
+    """The store of its images at a folder (whether it may run as root): where the pull step, ``hvdflow image``,
+    ``doctor`` and ``rerun`` get and check them. The native runtime's images are checked in udocker too (its venv
+    is built from the image's recipe; the image check runs the image itself)."""
     setup_log: Callable[[RuntimeSettings, str], Optional[Path]] = lambda settings, image: None
     """Where building the runtime for an image logs a set-up that can take minutes (the native venv: Horovod's
     compile), for the step's progress lines; None where it has none (udocker: the pull step did it)."""
 
 
 KINDS: dict[str, RuntimeKind] = {
-    "udocker": RuntimeKind(udocker_runtime, udocker_recorded_engine),
-    "native": RuntimeKind(native_runtime, native_recorded_engine, native_setup_log),
+    "udocker": RuntimeKind(udocker_runtime, udocker_recorded_engine, udocker_store),
+    "native": RuntimeKind(native_runtime, native_recorded_engine, udocker_store, native_setup_log),
 }
 """The one list of runtimes: the profile's name → how it is built and recorded (one line per runtime)."""
 
 
-def kind_of(settings: RuntimeSettings) -> RuntimeKind:
-    """The runtime ``settings`` names; ConfigError naming the known ones if none."""
+def kind_of(kind: str) -> RuntimeKind:
+    """The runtime named ``kind``; ConfigError naming the known ones if none."""
     try:
-        return KINDS[settings.kind]
+        return KINDS[kind]
     except KeyError:
-        raise ConfigError(f"unknown runtime {settings.kind!r}; choose one of {', '.join(KINDS)}") from None
+        raise ConfigError(f"unknown runtime {kind!r}; choose one of {', '.join(KINDS)}") from None
+
+
+def image_store(kind: str, location: Path, allow_root: Optional[bool] = None) -> ImageStore:
+    """The image store of runtime ``kind`` at ``location`` (may it run as root: ``HVDFLOW_ALLOW_ROOT`` unless said);
+    ConfigError naming the known runtimes for an unknown kind."""
+    return kind_of(kind).store(location, allow_root_from_env() if allow_root is None else allow_root)
+
+
+def image_store_of(profile: ClusterProfile) -> ImageStore:
+    """The image store of the runtime ``profile`` names, at its folder."""
+    return image_store(profile.runtime, profile.udocker_dir)
 
 
 def setup_log(settings: RuntimeSettings, image: str) -> Optional[Path]:
     """The log of the runtime's own set-up for ``image`` (:attr:`RuntimeKind.setup_log`), or None."""
-    return kind_of(settings).setup_log(settings, image)
+    return kind_of(settings.kind).setup_log(settings, image)
 
 
 def make_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Runtime:
     """The runtime ``settings`` asks for, running the image of ``record`` (the pull's container record)."""
-    return kind_of(settings).build(settings, record)
+    return kind_of(settings.kind).build(settings, record)
 
 
 def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path, execmode: Optional[str] = None) -> Runtime:
@@ -105,7 +124,7 @@ def runtime_for(profile: ClusterProfile, image_record: Path, catalog: Path, exec
 
 def recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     """What the run record says of the engine of the runtime ``settings`` names, for the image record ``image``."""
-    return kind_of(settings).recorded_engine(settings, image)
+    return kind_of(settings.kind).recorded_engine(settings, image)
 
 
 def expose_gpus(setup: NvidiaSetup) -> str:
