@@ -60,6 +60,7 @@ def test_every_way_of_training_resumes_a_kill_and_a_stop_mid_epoch_to_the_uninte
         assert steps == [("the start", "failed", "epoch 1 step 0"),
                          ("epoch 1 step 0", "stopped on a signal after a checkpoint", "epoch 2 step 3"),
                          ("epoch 2 step 3", "completed", "epoch 3 step 0")], (name, steps)
+        assert record["attempts"][0]["error"].startswith("rank 1 "), (name, record["attempts"][0])
         assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}, name
         assert record["weights_sha256"] == reference["weights_sha256"], name
         if name == "keras-loop":  # the loop's own training metrics of the epoch resumed mid-way cover its last steps
