@@ -7,18 +7,31 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import REPO, TinyRepo
-from hvdflow.doctor.findings import FAILURE, OK, WARNING, Finding, exit_status, render_text
+from hvdflow.doctor.findings import (
+    CHECK_WIDTH,
+    FAILURE,
+    OK,
+    WARNING,
+    Finding,
+    exit_status,
+    render_counts,
+    render_finding,
+    render_text,
+)
 from hvdflow.doctor.node import MARKER, NodeReport, gpus, read_node_report
+from hvdflow.doctor.node_job import Stopped, stop_on_signals
 from hvdflow.doctor.profile_files import find_profile_folder, load_doctor_profile
-from hvdflow.doctor.slurm_checks import slurm_minutes
+from hvdflow.doctor.slurm_checks import can_run_jobs, slurm_minutes
 from hvdflow.errors import ConfigError
 from hvdflow_wire import WireError
 
@@ -132,6 +145,22 @@ def test_slurm_time_limits_as_sinfo_prints_them(limit: str, minutes: float | Non
     assert slurm_minutes(limit) == minutes
 
 
+@pytest.mark.parametrize("state, usable", [
+    ("idle", True), ("mixed", True), ("allocated", True), ("completing", True), ("idle~", True), ("idle#", True),
+    ("drained", False), ("draining", False), ("down", False), ("down*", False), ("idle*", False),
+    ("reserved", False), ("maint", False), ("idle$", False), ("fail", False), ("inval", False)])
+def test_a_node_can_run_jobs_in_the_states_slurm_schedules_on(state: str, usable: bool) -> None:
+    assert can_run_jobs(state) is usable
+
+
+def test_a_stop_signal_while_the_doctor_waits_raises_where_it_waits() -> None:
+    with pytest.raises(Stopped) as stopped, stop_on_signals():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert stopped.value.signum == signal.SIGTERM and str(stopped.value) == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is gone after
+
+
 def test_findings_print_each_fix_under_its_line_and_only_failures_fail() -> None:
     findings = [Finding("python", OK, "3.11"), Finding("seccomp", WARNING, "no trace", "use native"),
                 Finding("partition", FAILURE, "gpu-nope: invalid", "set slurm_partition")]
@@ -140,6 +169,11 @@ def test_findings_print_each_fix_under_its_line_and_only_failures_fail() -> None
     assert lines[0].startswith("OK") and "fix: use native" in lines[2] and "fix: set slurm_partition" in lines[4]
     assert lines[-1] == "1 ok, 1 warnings, 1 failures"
     assert exit_status(findings) == 1 and exit_status(findings[:2]) == 0
+    # one by one, as they are made, in the columns of the longest check's name
+    streamed = [render_finding(f) for f in findings]
+    assert streamed[0] == f"OK       {'python':<{CHECK_WIDTH}}  3.11"
+    assert streamed[1].splitlines()[1] == f"{'':<8} {'':<{CHECK_WIDTH}}  fix: use native"
+    assert render_counts(findings) == lines[-1]
     with pytest.raises(ValueError, match="status 'bad'"):
         Finding("x", "bad", "")
 

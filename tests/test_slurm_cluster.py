@@ -540,7 +540,7 @@ def test_doctor_checks_a_compute_node_through_one_slurm_job_and_names_each_failu
         proc = pipeline.hvdflow("doctor", "--profile", "testbed", "--json", extra_env=env)
         report = json.loads(proc.stdout)
         assert report["exit_status"] == proc.returncode, proc.stdout + proc.stderr
-        assert hpc_user.run(["squeue", "--noheader", "--name=hvdflow-doctor"], check=True).stdout == ""
+        assert doctor_jobs(hpc_user) == []
         return proc.returncode, {f["check"]: f for f in report["findings"]}
 
     status, found = doctor()
@@ -577,6 +577,74 @@ def test_doctor_checks_a_compute_node_through_one_slurm_job_and_names_each_failu
         found["node scratch"]["detail"], found
     assert found["image hvdflow-cpu"]["status"] == "failure" and "127.0.0.1:9 is not reachable" in \
         found["image hvdflow-cpu"]["detail"], found
+
+
+def doctor_jobs(user: HpcUser) -> list[str]:
+    """The doctor's node jobs in Slurm's queue (any state)."""
+    names = user.run(["squeue", "--noheader", "--format=%j"], check=True).stdout.split()
+    return [name for name in names if name.startswith("hvdflow-doctor")]
+
+
+def test_doctor_streams_its_findings_names_a_drained_partition_and_a_waiting_job_and_leaves_nothing_queued(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
+    nodes = hpc_user.run(["sinfo", "--noheader", "--partition=debug", "--format=%N"], check=True).stdout.strip()
+
+    def doctor(*args: str) -> tuple[int, dict[str, dict[str, str]], str]:
+        proc = pipeline.hvdflow("doctor", "--profile", "testbed", "--json", *args)
+        report = json.loads(proc.stdout)
+        return proc.returncode, {f["check"]: f for f in report["findings"]}, proc.stderr
+
+    # every node drained: the partition is up, but none of its nodes can run a job; no job is submitted
+    _admin(cluster, "scontrol", "update", f"nodename={nodes}", "state=drain", "reason=hvdflow-doctor-test")
+    try:
+        status, found, _ = doctor()
+    finally:
+        _admin(cluster, "scontrol", "update", f"nodename={nodes}", "state=resume")
+    assert status == 1 and found["partition"]["status"] == "failure", found
+    assert found["partition"]["detail"] == "debug: up, 2 nodes, none of which can run a job (2 drained)", found
+    assert "not submitted" in found["node job"]["detail"] and doctor_jobs(hpc_user) == []
+
+    # a job that cannot start: every node held by another job of the user's
+    blocker = hpc_user.run(["sbatch", "--parsable", "--partition=debug", "--nodes=2", "--exclusive", "--time=10",
+                            "--job-name=blocker", "--output=/dev/null", "--wrap", "sleep 600"], check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 120
+        while hpc_user.run(["squeue", "--noheader", f"--jobs={blocker}", "--format=%T"]).stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, "the blocking job never started"
+            time.sleep(1)
+        argv = pipeline._as_user([str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "doctor", "--profile",
+                                  "testbed", "--wait", "300"], {})
+        started = time.monotonic()
+        waiting = subprocess.Popen(argv, cwd=pipeline.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            first = waiting.stdout.readline()  # type: ignore[union-attr]
+            assert first.startswith("OK ") and "python" in first and waiting.poll() is None, first  # as it is made
+            said = waiting.stderr.readline()  # type: ignore[union-attr]
+            assert re.search(r"node job \d+ still waits in the queue after 3\d s \(Slurm's reason: (Resources|Priority)"
+                             r"\); the limit is 300 s", said), said
+            # SIGTERM to the doctor alone (not its srun): it cancels its job and says so
+            interpreter = f"{hpc_user.venv / 'bin' / 'python'} -m hvdflow doctor --profile testbed"
+            python = [p for p in processes_naming(Path("hvdflow")) if p.split(": ", 1)[1].startswith(interpreter)]
+            pids = [int(line.split(":")[0]) for line in python]
+            assert len(pids) == 1, python
+            subprocess.run(["kill", "-TERM", str(pids[0])], check=True)
+            out, err = waiting.communicate(timeout=90)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+        assert waiting.returncode == 143, (out[-2000:], err[-2000:])
+        assert "hvdflow doctor: stopped by SIGTERM after" in err and time.monotonic() - started < 120, err
+        assert doctor_jobs(hpc_user) == [], "the doctor's job outlived it"
+        # the wait limit: the job cancelled, the reason named, how to check later said
+        status, found, err = doctor("--wait", "5")
+        assert found["node job"]["status"] == "warning", found
+        assert re.match(r"no node took the job within 5 s \(Slurm's reason: (Resources|Priority)\); it was cancelled$",
+                        found["node job"]["detail"]), found["node job"]
+        assert "--wait" in found["node job"]["fix"] and doctor_jobs(hpc_user) == []
+    finally:
+        _admin(cluster, "scancel", blocker)
 
 
 def test_a_partition_that_does_not_exist_shows_slurms_reason(cluster: Any, hpc_user: HpcUser, registry: Registry,

@@ -242,12 +242,30 @@ def cmd_profile_install(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check this login node, the profile's Slurm partition and one compute node; 1 if anything fails."""
-    from hvdflow.doctor.findings import exit_status, render_json, render_text
-    from hvdflow.doctor.run import run_doctor
+    """Check this login node, the profile's Slurm partition and one compute node, each finding printed as it is made
+    (with --json: all at the end); 1 if anything fails, 128 + the signal's number where a signal stopped it (its
+    node job cancelled)."""
+    import signal
 
-    findings, about = run_doctor(args.profile, Path.cwd(), args.configfile, with_job=not args.no_job)
-    print(render_json(findings, about) if args.json else render_text(findings))
+    from hvdflow.doctor.findings import exit_status, render_counts, render_finding, render_json
+    from hvdflow.doctor.node_job import Stopped, stop_on_signals
+    from hvdflow.doctor.run import run_doctor, ticket_facts
+
+    about = ticket_facts(Path.cwd())
+    findings = []
+    try:
+        with stop_on_signals():
+            for finding in run_doctor(args.profile, Path.cwd(), args.configfile, about, with_job=not args.no_job,
+                                      wait=args.wait):
+                findings.append(finding)
+                if not args.json:
+                    print(render_finding(finding), flush=True)
+    except (Stopped, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+        print(f"hvdflow doctor: stopped by {signal.Signals(signum).name} after {len(findings)} findings; nothing of "
+              "its is left in Slurm's queue", file=sys.stderr, flush=True)
+        return 128 + signum
+    print(render_json(findings, about) if args.json else render_counts(findings), flush=True)
     return exit_status(findings)
 
 
@@ -388,6 +406,9 @@ def _doctor_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                         help="the workflow config whose images and datasets are checked (default: config/config.yaml)")
     doctor.add_argument("--json", action="store_true", help="print the findings as JSON, for a ticket")
     doctor.add_argument("--no-job", action="store_true", help="leave out the Slurm job on a compute node")
+    doctor.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                        help="how long the compute node's job may wait in the queue before it is cancelled and the "
+                             "check said to run later (default: 600; while it waits, Slurm's reason every 30 s)")
     doctor.set_defaults(func=cmd_doctor)
 
 

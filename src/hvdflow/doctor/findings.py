@@ -49,17 +49,27 @@ def exit_status(findings: Iterable[Finding]) -> int:
     return 1 if any(f.status == FAILURE for f in findings) else 0
 
 
+CHECK_WIDTH = 27
+"""The check names' column: as wide as the longest (``node sees udocker directory``), so that findings printed one by
+one, as they are made, line up."""
+
+
+def render_finding(finding: Finding, width: int = CHECK_WIDTH) -> str:
+    """One finding's line, and its fix on the line below for a failure or a warning."""
+    line = f"{finding.status.upper():<8} {finding.check:<{width}}  {finding.detail}"
+    return line + (f"\n{'':<8} {'':<{width}}  fix: {finding.fix}" if finding.fix else "")
+
+
+def render_counts(findings: Sequence[Finding]) -> str:
+    """The last line: how many findings of each status."""
+    counts = {status: sum(f.status == status for f in findings) for status in STATUSES}
+    return f"{counts[OK]} ok, {counts[WARNING]} warnings, {counts[FAILURE]} failures"
+
+
 def render_text(findings: Sequence[Finding]) -> str:
     """The findings as aligned lines, each failure's and warning's fix on the line below, and a count at the end."""
     width = max((len(f.check) for f in findings), default=0)
-    lines = []
-    for finding in findings:
-        lines.append(f"{finding.status.upper():<8} {finding.check:<{width}}  {finding.detail}")
-        if finding.fix:
-            lines.append(f"{'':<8} {'':<{width}}  fix: {finding.fix}")
-    counts = {status: sum(f.status == status for f in findings) for status in STATUSES}
-    lines.append(f"{counts[OK]} ok, {counts[WARNING]} warnings, {counts[FAILURE]} failures")
-    return "\n".join(lines)
+    return "\n".join([*(render_finding(f, width) for f in findings), render_counts(findings)])
 
 
 def render_json(findings: Sequence[Finding], about: Mapping[str, Any]) -> str:

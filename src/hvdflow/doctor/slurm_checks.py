@@ -68,7 +68,7 @@ def partition(profile: DoctorProfile) -> list[Finding]:
     if state != "up":
         findings.append(failure("partition", f"{title} is {state}", "choose a partition that is up (sinfo -s)"))
     else:
-        findings.append(ok("partition", f"{title}: up, {nodes} nodes, time limit {limit}"))
+        findings.append(_nodes(title, nodes, limit))
     runtime = profile.runtime_minutes
     most = slurm_minutes(limit)
     if runtime is not None and most is not None and runtime > most:
@@ -79,6 +79,38 @@ def partition(profile: DoctorProfile) -> list[Finding]:
         findings.append(ok("time limit", f"the train rule's {runtime} min within {limit}"))
     findings.append(_gres(title, gres, cluster.gpus_per_node))
     return findings
+
+
+USABLE_STATES = ("idle", "mixed", "allocated", "completing", "planned")
+"""Node states (sinfo's ``%T``) of a node that runs jobs now or will when its jobs end: the others (drained,
+draining, down, reserved, maint, fail, ...) take none."""
+
+
+def node_states(title: str) -> dict[str, int]:
+    """How many of the partition's nodes are in each state, as ``sinfo`` says (``%T``: ``idle``, ``drained``,
+    ``idle~`` powered off, ``idle*`` not responding, ...)."""
+    proc = _slurm("sinfo", "--noheader", f"--partition={title}", "--format=%T|%D")
+    states: dict[str, int] = {}
+    for state, _, count in (line.partition("|") for line in proc.stdout.splitlines() if "|" in line):
+        states[state.strip()] = states.get(state.strip(), 0) + int(count)
+    return states
+
+
+def can_run_jobs(state: str) -> bool:
+    """Whether a node in ``state`` can take a job now or when its jobs end: not one that does not respond (``*``) or
+    is in a maintenance reservation (``$``); one powered off (``~``) or rebooting is powered up or back for it."""
+    return "*" not in state and "$" not in state and state.rstrip("~#!%@^-") in USABLE_STATES
+
+
+def _nodes(title: str, nodes: str, limit: str) -> Finding:
+    states = node_states(title)
+    said = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+    usable = sum(count for state, count in states.items() if can_run_jobs(state))
+    if states and not usable:
+        return failure("partition", f"{title}: up, {nodes} nodes, none of which can run a job ({said})",
+                       "choose a partition with nodes that are up (sinfo -s), or ask the site when these return "
+                       "(sinfo -R says why they are out)")
+    return ok("partition", f"{title}: up, {nodes} nodes ({said or 'states not listed'}), time limit {limit}")
 
 
 def _gres(title: str, gres: str, wanted: int) -> Finding:
