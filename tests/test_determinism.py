@@ -17,7 +17,7 @@ from conftest import HpcUser, Registry
 from hvdflow.images.build.image import BuiltImage
 from pipeline_run import Pipeline, configured_pipeline
 
-pytestmark = [pytest.mark.image, pytest.mark.e2e]
+pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.testbed_lane]
 
 COMMON = {"dataset": "digits", "ranks": 2, "epochs": 3, "batch_size": 32, "learning_rate": 0.05}
 KERAS = {**COMMON, "image": "hvdflow-cpu", "framework": "tensorflow"}
