@@ -4,6 +4,11 @@ After the ranks stopped on a signal and rank 0 saved a checkpoint, the train ste
 job: Slurm ends the job now and starts it again, with the same id and ``SLURM_RESTART_COUNT`` one higher, and the
 restarted job resumes from the checkpoint. A job that is not requeueable (no ``--requeue`` and ``JobRequeue=0``), or
 a Slurm that refuses, leaves the step failing, so that the rule's ``retries`` submit a new job that resumes.
+
+Only a job that is still running is requeued (a warning such as ``--signal=USR1@60`` stopped the run). A job Slurm is
+ending (SIGTERM to all its processes: a time limit without warning, a preemption, ``scancel``, after which the job's
+Snakemake cancels it) is not: ``scontrol requeue`` would restart even a cancelled job, and the rule's retry, which
+the Slurm plugin submits for the failed job, would then train the same run in a second job at once.
 """
 
 from __future__ import annotations
@@ -19,6 +24,17 @@ from hvdflow.launch.supervise import note
 from hvdflow_runstate import STOPPED_EXIT
 
 
+def job_state(job: str) -> str:
+    """Job ``job``'s state as ``squeue`` shows it (``RUNNING``, ``COMPLETING``, ``CANCELLED``, ...); "" where it is
+    not listed or squeue fails."""
+    try:
+        proc = subprocess.run(["squeue", "--noheader", f"--jobs={job}", "--format=%T"], capture_output=True, text=True,
+                              timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip().splitlines()[0].strip() if proc.returncode == 0 and proc.stdout.strip() else ""
+
+
 def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoReturn:
     """Requeue the current Slurm job and end this process (the rule's Snakemake) with the stopped exit status;
     RunStopped saying why if Slurm does not requeue it.
@@ -28,6 +44,10 @@ def requeue_or_explain(stopped: RunStopped, log: Optional[Path] = None) -> NoRet
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         raise stopped
+    state = job_state(job)
+    if state != "RUNNING":
+        raise RunStopped(f"{stopped}\nSlurm is ending job {job} ({state.lower() or 'no longer listed'}), so it is not "
+                         "requeued; the rule fails, and its retries resume the run in a new job") from None
     try:
         proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
         refusal = proc.stderr.strip() or proc.stdout.strip() if proc.returncode else ""
