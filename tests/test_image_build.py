@@ -22,7 +22,7 @@ from hvdflow.images.build.image import BuiltImage, build_image
 from hvdflow.images.build.pins import read_debian_manifest
 from hvdflow.images.catalog import load_catalog
 
-pytestmark = [pytest.mark.image]
+pytestmark = [pytest.mark.image, pytest.mark.testbed_lane]  # in the test bed's lane: builds use the cores its timers leave
 
 CATALOG = REPO / "tests" / "recipes" / "catalog.yaml"
 EPOCH = 1795564800  # the small recipe's source_date_epoch

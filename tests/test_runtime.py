@@ -248,8 +248,29 @@ def stop(signum, frame):
 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
     signal.signal(sig, stop)
 open(sys.argv[1], "w").write(str(os.getpid()))
-time.sleep(60)
+time.sleep(600)
 """
+
+
+def _signal_state(pid: int) -> str:
+    """A process's signal masks from /proc (pending, blocked, ignored, caught), or why they cannot be read."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as exc:
+        return f"{pid}: {exc.strerror}"
+    return f"{pid}: " + " ".join(line.replace("\t", "") for line in lines if line.startswith(("Sig", "Shd", "NSpid")))
+
+
+def _exit_status_or_state(parent: subprocess.Popen[str], init: int, command: int, got: Path) -> int | str:
+    """The parent's exit status within 60 s; else what the processes' signal state was (they are then killed)."""
+    try:
+        return parent.wait(60)
+    except subprocess.TimeoutExpired:
+        state = (f"no exit in 60 s; {got.name} {'written' if got.exists() else 'absent'}; init "
+                 f"{_signal_state(init)}; command {_signal_state(command)}")
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait(30)
+        return state
 
 
 def _init_of_new_pid_namespace(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
@@ -275,8 +296,9 @@ def test_last_exit_as_a_pid_namespaces_init_passes_stop_signals_on_and_dies_with
     # runc passes its signals to the container's init only, and the kernel gives a namespace's init only those it
     # handles: before, the command never saw a Ctrl-C or the scheduler's warning under R1
     parent, init = _init_of_new_pid_namespace(tmp_path)
+    command = int(Path(f"/proc/{init}/task/{init}/children").read_text().split()[0])
     os.kill(init, sig)
-    assert parent.wait(30) == 3
+    assert _exit_status_or_state(parent, init, command, tmp_path / "pid.got") == 3
     assert (tmp_path / "pid.got").read_text() == sig.name
     # a SIGKILL of the parent (the hard stop of runc's process group): the init asked for SIGKILL at its death, and
     # the namespace's processes end with it

@@ -445,11 +445,12 @@ def test_sigterm_to_every_process_of_the_job_is_saved_within_killwait_and_the_ru
     assert pipeline.processes_left() == []
 
 
-TIME_LIMIT_EPOCHS = 120
-"""Epochs of the time-limit test: more than one run of a 2-minute job trains between its start-up and the warning
-(with the image's proot: about 26 s to the end of the first epoch, then 0.5-0.6 s an epoch, so a run warned 45-75 s
-in trains 35-90 epochs), so the run needs at least 2 runs of the job, typically 2-3. With Debian's proot, 25 epochs
-took 3-4 runs; with the image's, 25 ended within the first run's 41 s."""
+TIME_LIMIT_EPOCHS = 20
+TIME_LIMIT_SLOW_STEPS = "0.3"
+"""Epochs of the time-limit test, and the seconds each step sleeps in its cluster run: about 10 steps an epoch make
+3.3-4 s an epoch, 66 s or more in all, on an idle machine as on a loaded one. A run of the job warned 45-75 s in,
+20 s or more of them starting up, trains at most 55 s: the run needs at least 2 runs of the job, typically 2-3.
+(Unslowed, 120 epochs took 2 runs on an idle machine and 8 runs, 870 s, beside the other lane in CI.)"""
 
 
 def test_a_time_limit_shorter_than_the_run_warns_checkpoints_and_requeues_until_done_to_the_same_weights(
@@ -458,12 +459,13 @@ def test_a_time_limit_shorter_than_the_run_warns_checkpoints_and_requeues_until_
     # Slurm's own time limit, not a signal sent by hand. Its shortest is one minute, and slurmctld checks limits and
     # sends --signal's warning only every 30 s: a job warned `grace` seconds before its limit gets USR1 between
     # limit - grace - 30 s and limit - grace after its start. A 2-minute limit with USR1@45 warns each run of the job
-    # 45-75 s in; 4 ranks need about 20 s to their first step, so each run trains for at most 55 s.
+    # 45-75 s in; 4 ranks need about 20 s to their first step, so each run trains for at most 55 s. The steps are
+    # slowed (a sleep after each), so that the run outlasts one run of the job whatever the machine's load.
     pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, epochs=TIME_LIMIT_EPOCHS)
     settings_file = pipeline.root / "profiles/testbed/hvdflow.yaml"
     settings_file.write_text(settings_file.read_text().replace("signal_grace_seconds: 60", "signal_grace_seconds: 45"))
     proc = pipeline.snakemake("results/cluster/run.json", "--set-resources", "train:runtime=2", "--retries", "2",
-                              profile="testbed")
+                              profile="testbed", extra_env={"HVDFLOW_INJECT_SLOW_STEPS": TIME_LIMIT_SLOW_STEPS})
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-8000:]
     record = pipeline.json("results/cluster/run.json")

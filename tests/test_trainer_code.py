@@ -130,6 +130,27 @@ def test_several_injected_failures_fail_in_turn_each_once() -> None:
         trainer_args("1:2:kill:once,0:3:signal")
 
 
+def test_slowed_steps_sleep_after_every_step_and_a_bad_value_is_named() -> None:
+    import time
+
+    from hvdflow.errors import LaunchError
+    from hvdflow.launch.faults import trainer_args
+    from hvdflow_trainer import faults
+    from hvdflow_trainer.options import TrainOptions
+
+    required = ["--dataset", "d", "--out", "o", "--checkpoint-dir", "/ckpt", "--identity", "i"]
+    args = TrainOptions.parse(required + trainer_args("1:2", "0.05"))
+    slow, failure = faults.injected_failures(args)
+    assert isinstance(slow, faults.SlowSteps) and slow.seconds == 0.05 and failure.rank == 1
+    started = time.monotonic()
+    for step in range(1, 5):
+        slow.after_step(0, 0, step)
+    assert time.monotonic() - started >= 4 * 0.05
+    for bad in ("-1", "soon", "4000"):
+        with pytest.raises(LaunchError, match=rf"HVDFLOW_INJECT_SLOW_STEPS='{bad}': say a number of seconds"):
+            trainer_args(None, bad)
+
+
 def test_ranks_that_disagree_are_told_which_variables_differ_and_why() -> None:
     from hvdflow_trainer.script_run import ranks_disagree
 

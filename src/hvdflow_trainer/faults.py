@@ -1,4 +1,5 @@
-"""Fault injection for tests, the trainer's side: one rank fails on purpose at a given position.
+"""Fault injection for tests, the trainer's side: one rank fails on purpose at a given position, or every step is
+slowed down.
 
 The host passes the test's request (``HVDFLOW_INJECT_RANK_FAILURE``, see :mod:`hvdflow.launch.faults`) as hidden
 options (:meth:`hvdflow_trainer.options.TrainOptions.parser` declares them); :func:`injected_failures` is the one
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import List
+import time
+from typing import List, Union
 
 from .options import TrainOptions
 
@@ -63,10 +65,31 @@ class InjectedFailure:
             self.fail(rank, "after epoch %d" % self.epoch)
 
 
-def injected_failures(args: TrainOptions) -> List[InjectedFailure]:
+class SlowSteps:
+    """Every rank sleeps ``seconds`` after each step: a run that outlasts a Slurm time limit on any machine, loaded
+    or idle (the sleep, not the machine's speed, sets how long it takes), with the weights of an unslowed run."""
+
+    def __init__(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("slow steps: %r seconds is negative" % seconds)
+        self.seconds = seconds
+
+    def after_step(self, rank: int, epochs_done: int, steps_done: int) -> None:
+        """Called after every step: sleep."""
+        time.sleep(self.seconds)
+
+    def after_epoch(self, rank: int, epoch: int) -> None:
+        """Called at the end of an epoch: nothing more."""
+
+
+InjectedFault = Union[InjectedFailure, SlowSteps]
+"""What the training loops call after each step and epoch."""
+
+
+def injected_failures(args: TrainOptions) -> List[InjectedFault]:
     """The failures a test asked for with the hidden options (each option once per failure, in the same order;
-    ``--fail-once`` said for all of them or none): none by default."""
-    failures = []
+    ``--fail-once`` said for all of them or none), and the slowed steps of ``--slow-steps``: none by default."""
+    failures: List[InjectedFault] = [SlowSteps(args.slow_steps)] if args.slow_steps else []
     for n, (rank, epoch, step, how) in enumerate(zip(args.fail_rank, args.fail_epoch, args.fail_step, args.fail_how)):
         marker = os.path.join(args.checkpoint_dir, MARKER + ("-%d" % n if n else "")) if args.fail_once else ""
         failures.append(InjectedFailure(rank, epoch, step, how, marker))

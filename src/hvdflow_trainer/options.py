@@ -80,6 +80,7 @@ def _fault_options(parser: argparse.ArgumentParser) -> None:
     for option, kind in (("--fail-rank", int), ("--fail-epoch", int), ("--fail-step", int), ("--fail-how", str)):
         parser.add_argument(option, type=kind, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--fail-once", action="count", default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--slow-steps", type=float, default=0.0, help=argparse.SUPPRESS)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class TrainOptions(UserModelOptions):
     fail_step: List[int] = field(default_factory=list)
     fail_how: List[str] = field(default_factory=list)
     fail_once: int = 0
+    slow_steps: float = 0.0
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:

@@ -3,6 +3,8 @@
 - ``HVDFLOW_INJECT_RANK_FAILURE=RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]`` makes a rank fail on purpose;
   several, separated by commas, fail in turn (``once`` then said for all of them: each fails in one attempt);
   :func:`trainer_args` turns them into the trainer's hidden options (:mod:`hvdflow_trainer.faults` reads them).
+- ``HVDFLOW_INJECT_SLOW_STEPS=SECONDS`` makes every rank sleep that long after each step: a run that outlasts a
+  Slurm time limit however fast or loaded the machine is, with the weights of an unslowed run.
 - ``HVDFLOW_ELASTIC_SLOTS`` is how many one-rank slots this machine offers an elastic run (default: the experiment's
   ``ranks``), to start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would.
 
@@ -17,6 +19,7 @@ from typing import Optional
 from hvdflow.errors import LaunchError
 
 INJECT_RANK_FAILURE = "HVDFLOW_INJECT_RANK_FAILURE"
+INJECT_SLOW_STEPS = "HVDFLOW_INJECT_SLOW_STEPS"
 ELASTIC_SLOTS = "HVDFLOW_ELASTIC_SLOTS"
 HOW = ("exit", "exit0", "kill", "signal")
 
@@ -26,12 +29,26 @@ def injected_rank_failure() -> Optional[str]:
     return os.environ.get(INJECT_RANK_FAILURE)
 
 
-def trainer_args(fail: Optional[str]) -> list[str]:
+def injected_slow_steps() -> Optional[str]:
+    """The seconds each step is to be slowed by that a test asked for with ``HVDFLOW_INJECT_SLOW_STEPS`` (None:
+    none)."""
+    return os.environ.get(INJECT_SLOW_STEPS)
+
+
+def trainer_args(fail: Optional[str], slow_steps: Optional[str] = None) -> list[str]:
     """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]``, or several of
-    them separated by commas (none for None)."""
-    if not fail:
-        return []
+    them separated by commas, and for ``slow_steps`` seconds after each step (none for None)."""
     args: list[str] = []
+    if slow_steps:
+        try:
+            seconds = float(slow_steps)
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds < 3600:
+            raise LaunchError(f"{INJECT_SLOW_STEPS}={slow_steps!r}: say a number of seconds from 0 to 3600")
+        args += ["--slow-steps", str(seconds)]
+    if not fail:
+        return args
     specs = fail.split(",")
     if len({spec.endswith(":once") for spec in specs}) > 1:
         raise LaunchError(f"injected failures {fail!r}: say once for all of them or for none")

@@ -92,6 +92,7 @@ def prepare_dataset(runtime: Runtime, spec: Mapping[str, Any], out_dir: Path, lo
 
 def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, out_dir: Path, logs_dir: Path,
           identity: Mapping[str, object], iface: str = "lo", fail: Optional[str] = None,
+          slow_steps: Optional[str] = None,
           slurm: Optional[SlurmCluster] = None, timeout: Optional[float] = None, progress: Optional[Path] = None,
           cpu_bind: str = "cores", elastic: Optional[ElasticSettings] = None) -> list[RankResult]:
     """Train ``spec`` on the prepared dataset with ``spec.ranks`` Horovod ranks; return the ranks' results.
@@ -107,7 +108,8 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     Raises RunStopped if the ranks stopped on a signal (a checkpoint was saved), LaunchError if a rank fails, ends
     before the last epoch, or the ranks end with different weights.
     ``fail`` (``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]``) makes that rank crash after that epoch or step
-    (for tests). With ``elastic`` (from :func:`elastic_settings`) the ranks run under Horovod's elastic driver
+    (for tests); ``slow_steps`` seconds of sleep after each step make the run outlast a time limit (for tests). With
+    ``elastic`` (from :func:`elastic_settings`) the ranks run under Horovod's elastic driver
     (:mod:`hvdflow.launch.elastic`), and the results are those of the ranks of the last membership.
     """
     if launcher not in LAUNCHERS:
@@ -129,7 +131,7 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
     cpus = cpu_plan(spec.slots, slurm, cpu_bind)
     note(progress, f"hvdflow: CPUs: {cpus.why}")
     user = spec.user_model()
-    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + faults.trainer_args(fail),
+    job = TrainingJob(spec.trainer_args() + run_args + ["--threads", str(cpus.threads)] + faults.trainer_args(fail, slow_steps),
                       spec.slots, spec.nodes, dataset_dir, out_dir, logs_dir, read_paths=[user.code] if user else [])
     begin_attempt(checkpoints, plan)
     started = time.time()

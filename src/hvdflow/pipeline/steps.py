@@ -163,7 +163,8 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
             results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
                             train_spec, index.parent.resolve(), out_dir, logs_dir,
                             identity_of(spec, digest, index), iface=profile.network_interface,
-                            fail=faults.injected_rank_failure(), slurm=profile.slurm,
+                            fail=faults.injected_rank_failure(),
+                            slow_steps=faults.injected_slow_steps(), slurm=profile.slurm,
                             timeout=profile.step_timeout, progress=log.resolve(), cpu_bind=profile.cpu_bind,
                             elastic=elastic_settings(train_spec, profile))
         except RunStopped as stopped:

@@ -12,7 +12,7 @@ import horovod.tensorflow.keras as hvd
 import numpy as np
 import tensorflow as tf
 
-from ..faults import InjectedFailure
+from ..faults import InjectedFault
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from .checkpoints import floating_non_trainable
 
@@ -225,7 +225,7 @@ class InjectedFailureCallback(tf.keras.callbacks.Callback):
     """A test's injected failure (:class:`~hvdflow_trainer.faults.InjectedFailure`) as a Keras callback, put just
     before the run's control callback."""
 
-    def __init__(self, failure: InjectedFailure, rank: int, position: Position) -> None:
+    def __init__(self, failure: InjectedFault, rank: int, position: Position) -> None:
         super().__init__()
         self.failure, self.rank, self.position = failure, rank, position
 
