@@ -63,24 +63,26 @@ def test_the_demo_tree_copy_keeps_the_lock_across_runs_and_refreshes_the_rest(tm
         assert not (dest / "containers" / "stale.yaml").exists() and not (dest / "absent-part").exists()
 
 
-def readme_first_commands() -> list[tuple[str, str]]:
-    """The first command of every ``bash`` block of the README, with the heading it stands under (the text before a
-    ``&&`` or ``;`` and before a comment)."""
-    found, heading = [], ""
-    lines = (REPO / "README.md").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("#"):
-            heading = line.lstrip("# ").strip()
-        if line.strip() == "```bash":
-            first = next(text for text in lines[i + 1:] if text.strip() and not text.lstrip().startswith("#"))
-            command = re.split(r"\s+#|&&|;", first)[0].strip()
-            found.append((heading, command))
+def documented_first_commands() -> list[tuple[str, str]]:
+    """The first command of every ``bash`` block of the README and of the documentation site's pages, with the page
+    and the heading it stands under (``README.md: Two commands``; the text before a ``&&`` or ``;`` and before a
+    comment)."""
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        heading, lines = "", page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("#"):
+                heading = line.lstrip("# ").strip()
+            if line.strip() == "```bash":
+                first = next(text for text in lines[i + 1:] if text.strip() and not text.lstrip().startswith("#"))
+                command = re.split(r"\s+#|&&|;", first)[0].strip()
+                found.append((f"{page.relative_to(REPO)}: {heading}", command))
     return found
 
 
 def as_checked(command: str) -> Optional[list[str]]:
-    """How the test runs a README command: a dry run for Snakemake, ``--help`` for a long command, as written for a
-    short one; None for the two commands of the README's top (scripts/demo.sh and the suite run them)."""
+    """How the test runs a documented command: a dry run for Snakemake, ``--help`` for a long command, as written for
+    a short one; None for the two commands of the README's top (scripts/demo.sh and the suite run them)."""
     words = shlex.split(command)
     if words[0] == "bash" and words[1].startswith("scripts/"):
         return None
@@ -91,10 +93,11 @@ def as_checked(command: str) -> Optional[list[str]]:
     return words
 
 
-def test_every_readme_command_block_starts_with_a_command_that_works_as_typed(hpc_user: HpcUser,
-                                                                              user_tmp: Path) -> None:
+def test_every_documented_command_block_starts_with_a_command_that_works_as_typed(hpc_user: HpcUser,
+                                                                                  user_tmp: Path) -> None:
     """Issue 30: `hvdflow rerun …` was `command not found` for the demo's user. As the suite's user, in a copy of the
-    checkout with the venv scripts/lib.sh made active, each block's first command runs (dry or --help where long)."""
+    checkout with the venv scripts/lib.sh made active, each block's first command of the README and of every page of
+    the documentation site runs (dry or --help where long)."""
     tree = user_tmp / "tree"   # the checkout's files, as a clone has them
     files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"], check=True,
                            capture_output=True, text=True).stdout.split("\0")
@@ -103,11 +106,13 @@ def test_every_readme_command_block_starts_with_a_command_that_works_as_typed(hp
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, tree / name)
     subprocess.run(["chown", "-R", f"{hpc_user.uid}:{hpc_user.gid}", str(tree)], check=True)
-    commands = readme_first_commands()
+    commands = documented_first_commands()
     headings = {heading for heading, _ in commands}
-    assert {"Rerunning a recorded run", "On a Slurm cluster", "Using it as an HPC user"} <= headings, commands
+    assert {"README.md: On your cluster", "docs/tutorials/reruns.md: Rerunning a recorded run",
+            "docs/tutorials/first-cluster.md: Your first cluster", "docs/tutorials/first-run.md: The pipeline",
+            "docs/tutorials/benchmarking.md: Benchmarking your cluster"} <= headings, commands
     path = f"{hpc_user.venv}/bin:/usr/bin:/bin"
-    made = [hpc_user.home / "hvdflow-venv"]   # what a command makes in the user's home ("Using it as an HPC user")
+    made = [hpc_user.home / "hvdflow-venv", hpc_user.home / "hvdflow-docs"]   # what commands make in the user's home
     assert not any(p.exists() for p in made)
     checked = 0
     try:
@@ -115,14 +120,14 @@ def test_every_readme_command_block_starts_with_a_command_that_works_as_typed(hp
     finally:
         for p in made:
             shutil.rmtree(p, ignore_errors=True)
-    assert checked >= 8, commands
+    assert checked >= 12, commands
     # the command is the checkout's own: outside any checkout it says what it looked for
     outside = hpc_user.run(["bash", "-c", "cd / && hvdflow --help"], extra_env={"PATH": path})
     assert outside.returncode == 2 and "no hvdflow checkout at or above /" in outside.stderr, outside.stderr
 
 
 def _run_each(commands: list[tuple[str, str]], hpc_user: HpcUser, tree: Path, path: str) -> int:
-    """Run each README command as :func:`as_checked` says, as the user in ``tree``; how many ran."""
+    """Run each documented command as :func:`as_checked` says, as the user in ``tree``; how many ran."""
     checked = 0
     for heading, command in commands:
         argv = as_checked(command)
@@ -134,7 +139,7 @@ def _run_each(commands: list[tuple[str, str]], hpc_user: HpcUser, tree: Path, pa
                              "readme", *words], extra_env={"PATH": path, "VIRTUAL_ENV": str(hpc_user.venv),
                                                         "HVDFLOW_REGISTRY": "http://127.0.0.1:5000"},
                             timeout=600)
-        assert proc.returncode == 0, f"README, {heading}: {command!r} as {words}:\n{proc.stdout}\n{proc.stderr}"
+        assert proc.returncode == 0, f"{heading}: {command!r} as {words}:\n{proc.stdout}\n{proc.stderr}"
         if words[0] == "hvdflow":
             assert proc.stdout.startswith(f"usage: hvdflow {words[1]}"), proc.stdout[:300]
         checked += 1
