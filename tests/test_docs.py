@@ -73,21 +73,51 @@ def test_the_build_fails_on_a_broken_link_naming_it(mkdocs: Path, tmp_path: Path
     assert proc.returncode != 0 and "tutorials/no-such-page.md" in proc.stderr, proc.stderr[-3000:]
 
 
-def test_the_configuration_reference_is_the_schemas() -> None:
-    from hvdflow.config.reference import SCHEMA, render, rows
+@pytest.mark.parametrize("name", ["config", "profile"])
+def test_each_reference_page_is_its_schemas(name: str) -> None:
+    from hvdflow.config.reference import REFERENCES
 
-    schema = yaml.safe_load(SCHEMA.read_text())
-    page = (REPO / "docs" / "reference" / "config.md").read_text()
-    assert page == render(schema), ("docs/reference/config.md differs from the schema: "
-                                    "PYTHONPATH=src python -m hvdflow.config.reference > docs/reference/config.md")
+    page = (REPO / "docs" / "reference" / f"{name}.md").read_text()
+    assert page == REFERENCES[name].render(), (f"docs/reference/{name}.md differs from its schema: PYTHONPATH=src "
+                                               f"python -m hvdflow.config.reference {name} > docs/reference/{name}.md")
+
+
+def test_the_config_reference_holds_every_key_and_a_key_added_to_the_schema() -> None:
+    from hvdflow.config.reference import REFERENCES, rows
+
+    config = REFERENCES["config"]
+    schema = config.schema()
+    page = config.render()
     keys = [path for path, *_ in rows(schema)]
     for key in ("experiments.<name>.model.build", "datasets.<name>.source.read", "benchmark.user_models.<name>.code",
                 "experiments.<name>.elastic.min_ranks", "catalog"):
         assert key in keys and f"| `{key}` |" in page, key
-    # a key added to the schema appears in the reference
     schema["properties"]["experiments"]["additionalProperties"]["properties"]["new_key"] = {
         "type": "integer", "minimum": 2, "default": 3, "description": "A key a later change adds."}
-    assert "| `experiments.<name>.new_key` | integer ≥ 2 | `3` | A key a later change adds. |" in render(schema)
+    assert "| `experiments.<name>.new_key` | integer ≥ 2 | `3` | A key a later change adds. |" in config.render(schema)
+
+
+def test_the_profile_accepts_exactly_the_schemas_keys_and_the_shipped_profiles_match_it(tmp_path: Path) -> None:
+    import jsonschema
+
+    from hvdflow.config.profile import load_profile
+    from hvdflow.config.profile_schema import SCHEMA
+    from hvdflow.errors import ConfigError
+
+    top = set(SCHEMA["properties"])
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) colour; valid keys: (\w+, )+\w+$") as refused:
+        bad = tmp_path / "hvdflow.yaml"
+        bad.write_text("registry: none\nruntime: udocker\nlauncher: gloo\ncolour: red\n")
+        load_profile(bad)
+    assert set(str(refused.value).split("valid keys: ")[1].split(", ")) == top
+    # every shipped profile, its ${VARIABLE:-default}s taken at their defaults, is what the schema describes
+    defaulted = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}")
+    profiles = sorted((REPO / "profiles").glob("*/hvdflow.yaml"))
+    assert len(profiles) >= 5
+    for path in profiles:
+        data = yaml.safe_load(defaulted.sub(lambda m: m.group(1), path.read_text()))
+        errors = [e.message for e in jsonschema.Draft202012Validator(SCHEMA).iter_errors(data)]
+        assert not errors, (path, errors)
 
 
 def test_the_readme_is_short_and_holds_no_measurement_history() -> None:

@@ -14,6 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from hvdflow.config.profile_schema import (
+    DEFAULT_ELASTIC_COOLDOWN,
+    DEFAULT_ELASTIC_TIMEOUT,
+    DEFAULT_SIGNAL_GRACE,
+    LAUNCHERS,
+    LOCAL_CPU_BINDS,
+    RUNTIMES,
+    SCHEDULERS,
+    SCHEMA,
+    keys,
+)
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expect, load_mapping
 from hvdflow.images.catalog import PROOT_ENGINES
@@ -21,21 +32,11 @@ from hvdflow.images.modes import PROFILE_EXECMODES
 from hvdflow.images.offline import NO_REGISTRY
 from hvdflow.images.runc_probe import launcher_refused
 
-RUNTIMES = ("udocker", "native")
-LAUNCHERS = ("gloo", "mpi")
-SCHEDULERS = ("none", "slurm")
 _UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 _DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
-_REQUIRED = ("registry", "runtime", "launcher")
-_OPTIONAL = ("execmode", "proot", "udocker_dir", "network_interface", "native_venv_dir", "scheduler", "slurm",
-             "step_timeout_minutes", "cpu_bind", "elastic_cooldown_seconds", "elastic_timeout_seconds")
-_SLURM_REQUIRED = ("scratch_dir", "gpus_per_node")
-_SLURM_OPTIONAL = ("srun_extra", "signal_grace_seconds")
-DEFAULT_SIGNAL_GRACE = 120
-DEFAULT_ELASTIC_COOLDOWN = 60
-DEFAULT_ELASTIC_TIMEOUT = 600
-LOCAL_CPU_BINDS = ("cores", "none")
+_REQUIRED, _OPTIONAL = keys(SCHEMA)
+_SLURM_REQUIRED, _SLURM_OPTIONAL = keys(SCHEMA["properties"]["slurm"])
 _SRUN_CPU_BIND = re.compile(r"^((verbose|quiet),)?(none|cores|threads|sockets|ldoms|rank|rank_ldom|boards|"
                             r"(map|mask)_(cpu|ldom):[0-9a-fA-Fx*,]+)$")
 """The values of srun's ``--cpu-bind`` (srun(1)), optionally after ``verbose,``."""

@@ -1,27 +1,27 @@
-"""The configuration reference, rendered from the config's JSON schema: one source for the keys users may write.
+"""The references of the config and of a profile's ``hvdflow.yaml``, rendered from their JSON schemas: one source
+for the keys users may write.
 
-``docs/reference/config.md`` is this module's output (``PYTHONPATH=src python -m hvdflow.config.reference``, from the
-checkout); ``tests/test_docs.py`` fails when the page and the schema differ, so a key added to the schema appears in
-the reference. Each key is one row: its path (``<name>`` for a key of the user's choosing, ``[]`` for a list's
-items), what it takes (type, choices, bounds), its default and the schema's description.
+``docs/reference/config.md`` and ``docs/reference/profile.md`` are this module's output (``PYTHONPATH=src python -m
+hvdflow.config.reference config|profile``, from the checkout); ``tests/test_docs.py`` fails when a page and its
+schema differ, so a key added to a schema appears in the reference. Each key is one row: its path (``<name>`` for a
+key of the user's choosing, ``[]`` for a list's items), what it takes (type, choices, bounds), its default and the
+schema's description.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import yaml
 
+from hvdflow.config import profile_schema
+
 SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 """The config's schema in this checkout."""
-SECTIONS = {"experiments": "What to train: one entry per experiment, by a name of yours.",
-            "datasets": "The data: one entry per dataset, by a name of yours, named by experiments' `dataset`.",
-            "benchmark": "The benchmark target (`snakemake benchmark`).",
-            "": "Where the image catalogue, the lock and the profile's settings are."}
-"""The reference's sections (top-level keys; the empty name holds the top-level keys of their own), and their lead."""
 DEFINED = {"module_function": "`module:function`"}
 """What a value of one of the schema's ``$defs`` takes, in words (other definitions are described by their type)."""
 
@@ -62,8 +62,11 @@ def _takes(node: dict[str, Any]) -> str:
                 kind += f" (at least {alt['minItems']})"
         if kind == "object" and "properties" in alt:
             kind = "mapping (keys below)"
-        bounds = [f"{word} {alt[key]}" for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
-                                                         ("exclusiveMaximum", "<")) if key in alt]
+        if "minimum" in alt and "maximum" in alt:
+            bounds = [f"{alt['minimum']} to {alt['maximum']}"]
+        else:
+            bounds = [f"{word} {alt[key]}" for key, word in (("minimum", "≥"), ("exclusiveMinimum", ">"),
+                                                             ("maximum", "≤"), ("exclusiveMaximum", "<")) if key in alt]
         if "pattern" in alt:
             bounds.append(f"matching `{alt['pattern']}`")
         words.append(" ".join([kind or "any", *bounds]).strip())
@@ -99,29 +102,63 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render(schema: dict[str, Any]) -> str:
-    """The reference page (Markdown) for ``schema``."""
-    lines = ["# Configuration reference", "",
-             "Every key of `config/config.yaml`, generated from `workflow/schemas/config.schema.yaml` (the schema the",
-             "pipeline checks the config against) by `PYTHONPATH=src python -m hvdflow.config.reference`; do not edit",
-             "this page by hand. `<name>` is a name of yours; `[]` stands for each item of a list. `config/README.md`",
-             "explains the config with examples.", ""]
-    every = list(rows(schema))
-    for section, lead in SECTIONS.items():
-        mine = [r for r in every if (r[0].split(".")[0] == section if section else r[0].split(".")[0] not in SECTIONS)]
-        if not mine:
-            continue
-        lines += [f"## `{section}`" if section else "## Top level", "", lead, "",
-                  "| key | takes | default | meaning |", "| --- | --- | --- | --- |"]
-        lines += [f"| `{path}` | {_cell(takes)} | {_cell(f'`{default}`' if default else '')} | {_cell(text)} |"
-                  for path, takes, default, text in mine]
-        lines.append("")
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Reference:
+    """One reference page: its schema, title and lead, and its sections (a top-level key and its lead; the empty
+    name holds the top-level keys no other section takes)."""
+
+    schema: Callable[[], dict[str, Any]]
+    title: str
+    lead: str
+    sections: dict[str, str]
+
+    def render(self, schema: dict[str, Any] | None = None) -> str:
+        """The page (Markdown), for ``schema`` (default: the reference's own)."""
+        lines = [f"# {self.title}", "", self.lead, ""]
+        every = list(rows(self.schema() if schema is None else schema))
+        for section, lead in self.sections.items():
+            mine = [r for r in every
+                    if (r[0].split(".")[0] == section if section else r[0].split(".")[0] not in self.sections)]
+            if not mine:
+                continue
+            lines += [f"## `{section}`" if section else "## Top level", "", lead, "",
+                      "| key | takes | default | meaning |", "| --- | --- | --- | --- |"]
+            lines += [f"| `{path}` | {_cell(takes)} | {_cell(f'`{default}`' if default else '')} | {_cell(text)} |"
+                      for path, takes, default, text in mine]
+            lines.append("")
+        return "\n".join(lines)
 
 
-def main() -> None:
-    """Print the reference page of this checkout's config schema."""
-    sys.stdout.write(render(yaml.safe_load(SCHEMA.read_text())))
+REFERENCES = {
+    "config": Reference(
+        lambda: yaml.safe_load(SCHEMA.read_text()), "Configuration reference",
+        "Every key of `config/config.yaml`, generated from `workflow/schemas/config.schema.yaml` (the schema the\n"
+        "pipeline checks the config against) by `PYTHONPATH=src python -m hvdflow.config.reference config`; do not\n"
+        "edit this page by hand. `<name>` is a name of yours; `[]` stands for each item of a list.\n"
+        "`config/README.md` explains the config with examples.",
+        {"experiments": "What to train: one entry per experiment, by a name of yours.",
+         "datasets": "The data: one entry per dataset, by a name of yours, named by experiments' `dataset`.",
+         "benchmark": "The benchmark target (`snakemake benchmark`).",
+         "": "Where the image catalogue, the lock and the profile's settings are."}),
+    "profile": Reference(
+        lambda: profile_schema.SCHEMA, "Profile reference (`hvdflow.yaml`)",
+        "Every key of a cluster profile's `hvdflow.yaml`, generated from its schema\n"
+        "(`src/hvdflow/config/profile_schema.py`, whose keys are the only ones the profile accepts) by\n"
+        "`PYTHONPATH=src python -m hvdflow.config.reference profile`; do not edit this page by hand. Values may use\n"
+        "`~`, `$VARIABLE` and `${VARIABLE:-default}`; a variable that is not set and has no default is an error.\n"
+        "Snakemake's `config.yaml` beside it and the shipped profiles: `profiles/README.md`.",
+        {"": "Where and how hvdflow runs on the cluster.",
+         "slurm": "The Slurm side, with `scheduler: slurm`."}),
+}
+"""The reference pages, by the name the command line takes."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the reference page named on the command line (config or profile)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in REFERENCES:
+        sys.exit(f"usage: python -m hvdflow.config.reference {{{','.join(REFERENCES)}}}")
+    sys.stdout.write(REFERENCES[args[0]].render())
 
 
 if __name__ == "__main__":
