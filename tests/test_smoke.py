@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,12 +29,20 @@ def cpu_pull(hpc_user: HpcUser, registry: Registry, cpu_image: BuiltImage) -> li
     return args
 
 
-def _smoke(user: HpcUser, pull_args: list[str], out: Path, *extra: str):
+def _smoke(user: HpcUser, pull_args: list[str], out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return user.hvdflow("smoke", *pull_args, "--out", str(out), *extra, timeout=1200)
 
 
-def test_gloo_two_ranks_train_to_identical_weights(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path) -> None:
-    proc = _smoke(hpc_user, cpu_pull, user_tmp / "gloo", "--launcher", "gloo", "--ranks", "2")
+@pytest.fixture(scope="module")
+def gloo_smoke(hpc_user: HpcUser, cpu_pull: list[str]) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Two ranks over Gloo, run once for the module: the run itself and the folder it wrote (the MPI test compares
+    its weights with these)."""
+    user_tmp = hpc_user.mkdir(hpc_user.tests_dir / f"t-{uuid.uuid4().hex[:8]}")
+    return _smoke(hpc_user, cpu_pull, user_tmp / "gloo", "--launcher", "gloo", "--ranks", "2"), user_tmp
+
+
+def test_gloo_two_ranks_train_to_identical_weights(gloo_smoke: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, user_tmp = gloo_smoke
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)  # stdout is the summary alone; the progress lines go to stderr
     assert "hvdflow: starting from scratch" in proc.stderr and "hvdflow: epoch 5/5: " in proc.stderr, proc.stderr[-3000:]
@@ -75,8 +85,9 @@ def test_the_images_proot_runs_the_container_under_its_seccomp_filter_and_the_ho
     assert seen == {"image": ["Seccomp:", "2"], "host": ["Seccomp:", "0"]}
 
 
-def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path) -> None:
-    gloo = _smoke(hpc_user, cpu_pull, user_tmp / "gloo", "--launcher", "gloo", "--ranks", "2")
+def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str],
+                                         gloo_smoke: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    gloo, user_tmp = gloo_smoke
     mpi = _smoke(hpc_user, cpu_pull, user_tmp / "mpi", "--launcher", "mpi", "--ranks", "2")
     assert gloo.returncode == 0, gloo.stderr
     assert mpi.returncode == 0, mpi.stderr
