@@ -20,3 +20,14 @@ def demo(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Iterator[P
     proc = pipeline.snakemake(extra_env={"HVDFLOW_PROGRESS_SECONDS": "0.2"})  # progress lines of its short steps
     assert proc.returncode == 0, proc.stderr[-5000:]
     yield pipeline
+
+
+@pytest.fixture(scope="session")
+def prepared(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Pipeline:
+    """A tree with the image pulled and the digits prepared (on this machine), once for the session: what the trees
+    of training tests start from where they need no trained demo (the determinism matrix, the test bed's runs; the
+    Slurm path of the preparation is test_slurm_cluster's ``cluster_run``)."""
+    pipeline = Pipeline(hpc_user, registry, udocker_dir)
+    proc = pipeline.snakemake("--until", "prepare_dataset")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return pipeline

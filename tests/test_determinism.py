@@ -39,18 +39,18 @@ TARGETS = [f"results/{name}/run.json" for name in MATRIX]
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
+def uninterrupted(prepared: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path,
                   torch_image: BuiltImage) -> Pipeline:
     """The matrix trained once, never interrupted."""
-    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments=MATRIX)
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, prepared, experiments=MATRIX)
     proc = pipeline.snakemake(*TARGETS)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
     return pipeline
 
 
 def test_every_way_of_training_resumes_a_kill_and_a_stop_mid_epoch_to_the_uninterrupted_weights(
-        uninterrupted: Pipeline, demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
-    interrupted = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments=MATRIX)
+        uninterrupted: Pipeline, prepared: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    interrupted = configured_pipeline(hpc_user, registry, udocker_dir, prepared, experiments=MATRIX)
     proc = interrupted.snakemake("--retries", "2", *TARGETS, extra_env={"HVDFLOW_INJECT_RANK_FAILURE": INTERRUPTIONS})
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]

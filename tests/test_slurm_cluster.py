@@ -43,16 +43,6 @@ def cluster() -> Iterator[Any]:
         testbed.stop(layout)
 
 
-@pytest.fixture(scope="module")
-def prepared(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> Pipeline:
-    """A tree with the image pulled and the digits prepared (on this machine), which the trees of the tests of
-    training start from: shared set-up. The Slurm path of the preparation is the cluster runs' (``cluster_run``)."""
-    pipeline = Pipeline(hpc_user, registry, udocker_dir)
-    proc = pipeline.snakemake("--until", "prepare_dataset")
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    return pipeline
-
-
 def experiment_pipeline(user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline | None = None,
                         **changes: Any) -> Pipeline:
     """A tree whose config trains only the cluster experiment (``changes`` applied to it), started from the

@@ -105,6 +105,7 @@ def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str]
         assert [(r["cpus"], r["threads"]) for r in seen] == [(cores[:half], half), (cores[half:2 * half], half)], launcher
 
 
+@pytest.mark.testbed_lane  # in the test bed's lane, to even out the two lanes' time (its pull is the lane's own)
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
 def test_a_failed_rank_stops_the_job_and_is_named(hpc_user: HpcUser, cpu_pull: list[str], user_tmp: Path,
                                                   launcher: str) -> None:
