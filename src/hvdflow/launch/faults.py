@@ -44,7 +44,7 @@ def trainer_args(fail: Optional[str], slow_steps: Optional[str] = None) -> list[
             seconds = float(slow_steps)
         except ValueError:
             seconds = -1.0
-        if not 0 <= seconds < 3600:
+        if not 0 <= seconds <= 3600:
             raise LaunchError(f"{INJECT_SLOW_STEPS}={slow_steps!r}: say a number of seconds from 0 to 3600")
         args += ["--slow-steps", str(seconds)]
     if not fail:
