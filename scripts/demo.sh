@@ -9,7 +9,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$HVDFLOW_ROOT"
-TREE_PARTS=(src containers requirements scripts pyproject.toml workflow config profiles .git)
+TREE_PARTS=(src containers requirements scripts pyproject.toml workflow config profiles examples docs mkdocs.yml .git)
 
 user_part() {
   local venv rerun=()
