@@ -17,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import pytest
 
@@ -89,14 +89,18 @@ class HpcUser:
         return env
 
     def run(self, argv: Sequence[str], extra_env: Mapping[str, str] = {}, timeout: float = 1800,
-            check: bool = False) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` as the user in the workspace; capture text output."""
-        env_args = [f"{k}={v}" for k, v in self.env(extra_env).items()]
-        proc = subprocess.run(["runuser", "-u", self.name, "--", "env", "-i", *env_args, *argv], cwd=self.workspace,
+            check: bool = False, cwd: Optional[Path] = None) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` as the user in ``cwd`` (default: the workspace); capture text output."""
+        proc = subprocess.run(self.argv(argv, extra_env), cwd=cwd or self.workspace,
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
             raise AssertionError(f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def argv(self, argv: Sequence[str], extra_env: Mapping[str, str] = {}) -> list[str]:
+        """``argv`` as the user, in the user's clean environment (:meth:`env`)."""
+        return ["runuser", "-u", self.name, "--", "env", "-i", *(f"{k}={v}" for k, v in self.env(extra_env).items()),
+                *argv]
 
     def hvdflow(self, *args: str, extra_env: Mapping[str, str] = {}, timeout: float = 1800,
                 check: bool = False) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
+import pty
 import re
+import select
 import shutil
 import subprocess
 import time
@@ -22,6 +25,7 @@ from conftest import HpcUser, Registry
 from hvdflow.images.build.image import BuiltImage
 from hvdflow.pipeline.resume import KILLED
 from hvdflow.testbed import cluster as testbed
+from hvdflow.testbed import config as tc
 from pipeline_run import Pipeline, benchmark_pipeline, configured_pipeline, processes_naming, read_table, tmp_leftovers
 
 pytestmark = [pytest.mark.image, pytest.mark.e2e, pytest.mark.slurm]
@@ -289,27 +293,131 @@ def test_an_uneven_layout_gets_the_planned_tasks_per_node_and_one_gpu_per_rank(
         assert len(set(gpus)) == count and all(g is not None and "," not in g for g in gpus), gpus
 
 
-def test_each_rank_owns_the_jobs_cpus_per_task_and_runs_as_many_threads(
-        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline) -> None:
-    # srun no longer takes the job's --cpus-per-task on its own (Slurm 22.05): hvdflow passes it with the profile's
-    # --cpu-bind, and the trainer runs that many threads (the test bed's task/none plugin itself binds nothing)
-    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared, ranks=2, epochs=1)
-    proc = pipeline.snakemake("results/cluster/run.json", "--set-resources", "train:cpus_per_task=2",
-                              profile="testbed")
+def run_in_pty(user: HpcUser, argv: list[str], cwd: Path, answers: dict[str, str], timeout: float = 300
+               ) -> tuple[str, int]:
+    """Run ``argv`` as ``user`` on a terminal of its own (a pty), typing each answer once its prompt (a key of
+    ``answers``) shows; what the terminal showed and the exit status."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(user.argv(argv), cwd=cwd, stdin=terminal, stdout=terminal, stderr=terminal,
+                            start_new_session=True)
+    os.close(terminal)
+    seen, pending = "", dict(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(controller, 4096).decode(errors="replace")
+                except OSError:  # the command ended: the terminal is gone
+                    break
+                seen += chunk
+                for prompt in [p for p in pending if p in seen.rsplit("\n", 1)[-1]]:
+                    os.write(controller, (pending.pop(prompt) + "\n").encode())
+            elif proc.poll() is not None:
+                break
+        return seen, proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(controller)
+
+
+ACCOUNTS = ("proj-a", "proj-b")
+
+
+def _user_accounts(layout: Any, user: str) -> None:
+    """Two Slurm accounts for ``user``, the first their default (as a site's administrator adds them)."""
+    _admin(layout, "sacctmgr", "-i", "add", "account", ",".join(ACCOUNTS), f"cluster={tc.CLUSTER}", check=False)
+    _admin(layout, "sacctmgr", "-i", "add", "user", user, f"account={','.join(ACCOUNTS)}",
+           f"defaultaccount={ACCOUNTS[0]}", check=False)
+
+
+def test_site_new_writes_a_profile_of_another_partition_gpu_type_and_account_that_trains_to_the_local_weights(
+        cluster: Any, hpc_user: HpcUser, registry: Registry, udocker_dir: Path, prepared: Pipeline,
+        local_runs: Callable[..., Pipeline]) -> None:
+    # the test bed as a cluster the shipped profiles do not know: a second partition with a time limit, two GPU types
+    # on each node, two accounts, a per-job $TMPDIR on the nodes' local disk, a second interface ib0 between the
+    # nodes; nothing of profiles/testbed is used, and scratch and interface are found by the probe job
+    _user_accounts(cluster, hpc_user.name)
+    pipeline = experiment_pipeline(hpc_user, registry, udocker_dir, prepared)
+    site = pipeline.hvdflow("site", "new", "other", "--yes", f"--partition={tc.OTHER_PARTITION}", "--gpu-type=a100",
+                            "--account=proj-b")
+    output = site.stdout + site.stderr
+    assert site.returncode == 0, output[-6000:]
+    settings = yaml.safe_load((pipeline.root / "profiles/other/hvdflow.yaml").read_text())
+    assert settings["slurm"] == {"scratch_dir": "$TMPDIR", "gpus_per_node": 2, "gpu_type": "a100",
+                                 "signal_grace_seconds": 120}, settings
+    assert (settings["network_interface"], settings["execmode"]) == (tc.FAST_INTERFACE, "auto"), settings
+    resources = yaml.safe_load((pipeline.root / "profiles/other/config.yaml").read_text())
+    assert resources["default-resources"]["slurm_account"] == "proj-b"
+    assert resources["set-resources"]["train"]["slurm_partition"] == tc.OTHER_PARTITION
+    assert resources["set-resources"]["train"]["runtime"] == 240  # the partition's limit, 4:00:00
+    assert resources["set-resources"]["train"]["cpus_per_task"] == 2  # 4 cores, 2 a100 per node
+    text = (pipeline.root / "profiles/other/hvdflow.yaml").read_text()
+    assert "# probe job on n" in text and "# --gpu-type; sinfo: 2 per node on 2 of accel's nodes" in text, text
+    # doctor ran with the new profile, every check passed, the node job on the other partition with the GPU type
+    assert "hvdflow site new: hvdflow doctor --profile other" in site.stdout, output[-6000:]
+    assert re.search(r"gpus +accel's nodes have gpu:a100:2 on 2 nodes, gpu:h100:2 on 2 nodes; the profile uses 2 "
+                     r"a100 per node", site.stdout), site.stdout
+    assert re.search(r"\d+ ok, \d+ warnings, 0 failures", site.stdout), site.stdout
+
+    # the profile keeps the plugin's status polling for a real controller (first check after 40 s); a test bed answers
+    # at once
+    proc = pipeline.snakemake("results/cluster/run.json", "--slurm-init-seconds-before-status-checks=2",
+                              "--seconds-between-status-checks=2", profile="other")
     assert proc.returncode == 0, proc.stderr[-8000:]
     record = pipeline.json("results/cluster/run.json")
-    assert [(r["hostname"], r["threads"]) for r in record["ranks"]] == [("n1", 2), ("n2", 2)]
-    assert record["cpu_bind"] == "cores"
-    # the rule's body learnt the job's CPUs per task from the controller (the plugin's job step hides the variable)
-    allocation = record["slurm"]["allocation"]
-    assert (allocation["cpus_per_task"], allocation["num_cpus"], allocation["partition"]) == ("2", "4", "debug")
+    assert record["weights_sha256"] == local_runs("gloo").json("results/cluster/run.json")["weights_sha256"]
+    # srun no longer takes the job's --cpus-per-task on its own (Slurm 22.05): hvdflow passes it with the profile's
+    # --cpu-bind, and each rank runs that many threads (the test bed's task/none plugin itself binds nothing)
+    assert sorted((r["hostname"], r["threads"]) for r in record["ranks"]) == [("n1", 2)] * 2 + [("n2", 2)] * 2
+    allocation = record["slurm"]["allocation"]  # learnt from the controller: the plugin's job step hides it
+    assert (allocation["cpus_per_task"], allocation["partition"]) == ("2", tc.OTHER_PARTITION), allocation
     logs = pipeline.root / "logs" / "train" / "cluster"
     srun = (logs / "srun.log").read_text().splitlines()[0].split()
-    assert {"--cpus-per-task=2", "--cpu-bind=cores"} <= set(srun), srun
-    assert "SLURM_CPUS_PER_TASK=2, SLURM_CPU_BIND=" in (logs / "rank-1.log").read_text()
-    assert "hvdflow: CPUs: 2 per rank (the job's --cpus-per-task), srun --cpu-bind=cores" in (
-        pipeline.root / "logs/train/cluster.log").read_text()
+    assert {"--cpus-per-task=2", "--cpu-bind=cores", "--gres=gpu:a100:2"} <= set(srun), srun
+    rank_log = (logs / "rank-1.log").read_text()
+    assert "SLURM_CPUS_PER_TASK=2, SLURM_CPU_BIND=" in rank_log
+    assert re.search(rf"Gloo rendezvous {re.escape(cluster.fast_addr('n1'))}:\d+ over {tc.FAST_INTERFACE}", rank_log)
+    job = record["slurm"]["job_id"]
+    accounted = hpc_user.run(["sacct", "-X", "-n", "-P", "-j", str(job), "-o", "Account,Partition,AllocTRES"], check=True)
+    account, partition, tres = accounted.stdout.strip().splitlines()[0].split("|")
+    assert (account, partition) == ("proj-b", tc.OTHER_PARTITION) and "gres/gpu:a100=4" in tres, accounted.stdout
     assert not node_scratch_leftovers(cluster)
+    deadline = time.monotonic() + 60  # the epilog removes each job's $TMPDIR once the job has ended
+    while any(list(cluster.node_job_tmp(n).iterdir()) for n in cluster.node_names) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not [p for n in cluster.node_names for p in cluster.node_job_tmp(n).iterdir()]
+
+
+def test_site_new_refuses_a_gpu_type_no_node_has_and_asks_on_a_terminal(cluster: Any, hpc_user: HpcUser,
+                                                                        user_tmp: Path) -> None:
+    _user_accounts(cluster, hpc_user.name)
+    tree = hpc_user.mkdir(user_tmp / "tree")
+    # without a terminal nothing is asked (stdin is /dev/null here): the defaults are taken and said
+    refused = hpc_user.run([str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "site", "new", "wrong",
+                            "--gpu-type=v100", "--no-doctor"], cwd=tree)
+    assert refused.returncode == 1, refused.stderr
+    assert "--gpu-type v100: no node of debug has it; its GPUs: up, 2 nodes, gpu:a100:2 on 2 nodes, gpu:h100:2 on 2 " \
+           "nodes" in refused.stderr, refused.stderr
+    assert "the training partition: debug (" in refused.stderr and "--partition sets another" in refused.stderr
+    assert not (tree / "profiles").exists() or not list((tree / "profiles").iterdir())
+    # on a terminal: the partition, the GPU type and the account are asked, the defaults marked
+    answers = {"the training partition [": "2", "the GPU type in accel [": "", "the account [": "proj-b"}
+    seen, status = run_in_pty(hpc_user, [str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "site", "new",
+                                         "asked", "--no-doctor"], tree, answers)
+    assert status == 0, seen[-4000:]
+    assert "1) debug: " in seen and "[default]" in seen and "2) accel: " in seen, seen[-4000:]
+    assert "1) any: any type, up to 4 per node  [default]" in seen and "2) a100: 2 per node on 2 nodes" in seen
+    settings = yaml.safe_load((tree / "profiles/asked/hvdflow.yaml").read_text())
+    assert settings["slurm"]["gpus_per_node"] == 4 and "gpu_type" not in settings["slurm"], settings
+    resources = yaml.safe_load((tree / "profiles/asked/config.yaml").read_text())
+    assert resources["default-resources"]["slurm_account"] == "proj-b"
+    assert resources["set-resources"]["train"]["slurm_partition"] == tc.OTHER_PARTITION
+    assert not [p for p in (tree / "profiles").iterdir() if p.name.startswith(".")]  # no staging folder left
+    assert not hpc_user.run(["squeue", "--noheader", "--name=hvdflow-site-*", "--me"]).stdout.strip()
 
 
 def test_a_rank_killed_on_one_node_is_named_and_the_retry_resumes_to_the_same_weights(

@@ -245,28 +245,61 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Check this login node, the profile's Slurm partition and one compute node, each finding printed as it is made
     (with --json: all at the end); 1 if anything fails, 128 + the signal's number where a signal stopped it (its
     node job cancelled)."""
+    return _doctor(args.profile, args.configfile, with_job=not args.no_job, wait=args.wait, as_json=args.json)
+
+
+def _doctor(profile: Optional[str], configfile: Path, with_job: bool, wait: float, as_json: bool) -> int:
     import signal
 
     from hvdflow.doctor.findings import exit_status, render_counts, render_finding, render_json
-    from hvdflow.doctor.node_job import Stopped, stop_on_signals
     from hvdflow.doctor.run import run_doctor, ticket_facts
+    from hvdflow.slurm.probe_job import Stopped, stop_on_signals
 
     about = ticket_facts(Path.cwd())
     findings = []
     try:
         with stop_on_signals():
-            for finding in run_doctor(args.profile, Path.cwd(), args.configfile, about, with_job=not args.no_job,
-                                      wait=args.wait):
+            for finding in run_doctor(profile, Path.cwd(), configfile, about, with_job=with_job, wait=wait):
                 findings.append(finding)
-                if not args.json:
+                if not as_json:
                     print(render_finding(finding), flush=True)
     except (Stopped, KeyboardInterrupt) as stop:
         signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
         print(f"hvdflow doctor: stopped by {signal.Signals(signum).name} after {len(findings)} findings; nothing of "
               "its is left in Slurm's queue", file=sys.stderr, flush=True)
         return 128 + signum
-    print(render_json(findings, about) if args.json else render_counts(findings), flush=True)
+    print(render_json(findings, about) if as_json else render_counts(findings), flush=True)
     return exit_status(findings)
+
+
+def cmd_site_new(args: argparse.Namespace) -> int:
+    """Write ``profiles/NAME/`` from what the cluster says, then run hvdflow doctor with it: its exit status, 1
+    where a value does not fit the cluster (nothing written), 128 + the signal's number where one stopped it."""
+    import signal
+
+    from hvdflow.site.ask import Asker
+    from hvdflow.site.new import SiteRequest, new_site
+    from hvdflow.slurm.probe_job import Stopped, stop_on_signals
+
+    request = SiteRequest(name=args.name, profiles=Path.cwd() / "profiles", partition=args.partition,
+                          cpu_partition=args.cpu_partition, account=args.account, gpu_type=args.gpu_type,
+                          gpus_per_node=args.gpus_per_node, scratch=args.scratch, interface=args.interface,
+                          registry=args.registry, force=args.force, wait=args.wait)
+    asker = Asker(interactive=not args.yes and sys.stdin.isatty())
+    try:
+        with stop_on_signals():
+            target = new_site(request, asker, lambda line: print(line, file=sys.stderr, flush=True))
+    except (Stopped, KeyboardInterrupt) as stop:
+        signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+        print(f"hvdflow site new: stopped by {signal.Signals(signum).name}; nothing written, nothing left in Slurm's "
+              "queue", file=sys.stderr, flush=True)
+        return 128 + signum
+    print(f"hvdflow site new: wrote {target}/config.yaml and hvdflow.yaml; run: snakemake --profile "
+          f"{target.relative_to(Path.cwd())}", flush=True)
+    if args.no_doctor:
+        return 0
+    print(f"hvdflow site new: hvdflow doctor --profile {args.name}", flush=True)
+    return _doctor(args.name, args.configfile, with_job=True, wait=args.wait, as_json=False)
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
@@ -294,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hvdflow`` command: one sub-command each, added by its own function."""
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_image_parsers, _registry_parser, _smoke_parser, _profile_parsers, _doctor_parser, _rerun_parser,
-                _testbed_parser):
+    for add in (_image_parsers, _registry_parser, _smoke_parser, _profile_parsers, _site_parser, _doctor_parser,
+                _rerun_parser, _testbed_parser):
         add(sub)
     return parser
 
@@ -392,6 +425,37 @@ def _profile_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                          "(default: profiles/ of the working directory)")
     install.add_argument("--force", action="store_true", help="replace an installed profile of that name that differs")
     install.set_defaults(func=cmd_profile_install)
+
+
+def _site_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow site new``."""
+    site = sub.add_parser("site", help="a new cluster's profile").add_subparsers(dest="action", required=True)
+    new = site.add_parser("new", help="write profiles/NAME/ from what Slurm says, then run hvdflow doctor with it",
+                          description="Reads sinfo, scontrol and sacctmgr on this login node and runs one short probe "
+                          "job on the training partition (scratch, interfaces, user namespaces, GPUs); on a terminal "
+                          "asks where there is a real choice (partition, account, GPU type), the default marked. "
+                          "Each value is written with a comment saying where it came from. Run it in the checkout.")
+    new.add_argument("name", help="the profile's name: profiles/NAME/")
+    new.add_argument("--partition", help="the training jobs' partition (default: asked; Slurm's default if it has GPUs)")
+    new.add_argument("--cpu-partition", help="the other jobs' partition (default: Slurm's default partition)")
+    new.add_argument("--account", help="the account charged (default: asked; your default account)")
+    new.add_argument("--gpu-type", help="the GRES type the training jobs ask for where nodes have several "
+                     "(default: asked; any type)")
+    new.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default: the partition's; 0: "
+                     "train on CPUs)")
+    new.add_argument("--scratch", help="the node-local scratch directory (default: the first node-local one of "
+                     "$TMPDIR, /local, /scratch/local, /localscratch, /lscratch, /tmp)")
+    new.add_argument("--interface", help="the ranks' network interface (default: ib*/hsn* before the fastest other)")
+    new.add_argument("--registry", default="${HVDFLOW_REGISTRY}", help="the images' registry, or none (default: "
+                     "${HVDFLOW_REGISTRY}, read when the profile runs)")
+    new.add_argument("--yes", action="store_true", help="ask nothing: take each default (also without a terminal)")
+    new.add_argument("--force", action="store_true", help="replace profiles/NAME/ if it exists")
+    new.add_argument("--no-doctor", action="store_true", help="do not run hvdflow doctor with the new profile")
+    new.add_argument("--configfile", type=Path, default=Path("config/config.yaml"),
+                     help="the workflow config doctor checks (default: config/config.yaml)")
+    new.add_argument("--wait", type=float, default=600.0, metavar="SECONDS",
+                     help="how long the probe job (and doctor's) may wait in the queue (default: 600)")
+    new.set_defaults(func=cmd_site_new)
 
 
 def _doctor_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

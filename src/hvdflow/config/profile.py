@@ -18,6 +18,7 @@ from hvdflow.config.profile_schema import (
     DEFAULT_ELASTIC_COOLDOWN,
     DEFAULT_ELASTIC_TIMEOUT,
     DEFAULT_SIGNAL_GRACE,
+    GPU_TYPE_PATTERN,
     LAUNCHERS,
     LOCAL_CPU_BINDS,
     RUNTIMES,
@@ -56,6 +57,12 @@ class SlurmCluster:
     signal_grace_seconds: int = DEFAULT_SIGNAL_GRACE
     cpu_bind: str = "cores"
     """srun's ``--cpu-bind`` for the ranks' job steps (the profile's top-level ``cpu_bind``)."""
+    gpu_type: Optional[str] = None
+    """The GRES type the jobs ask for (``gpu:<type>:N``); None: any type (``gpu:N``)."""
+
+    def gpu_gres(self, count: int) -> str:
+        """The GRES of ``count`` GPUs as Slurm takes it (``--gres``): ``gpu:<type>:N``, or ``gpu:N`` without a type."""
+        return f"gpu:{self.gpu_type}:{count}" if self.gpu_type else f"gpu:{count}"
 
     def job_scratch_dir(self) -> Path:
         """The scratch folder in this job's environment (ConfigError naming a variable the job does not set)."""
@@ -190,7 +197,15 @@ def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster
     if not os.path.isabs(scratch) and not scratch.startswith(("$", "~")):
         raise ConfigError(f"{where}.scratch_dir: must be an absolute path or start with a variable such as $TMPDIR, "
                           f"got {scratch!r}")
-    return SlurmCluster(scratch_dir=scratch, gpus_per_node=gpus,
+    gpu_type = data.get("gpu_type")
+    if gpu_type is not None:
+        gpu_type = _expand(f"{where}.gpu_type", expect(f"{where}.gpu_type", gpu_type, str))
+        if not re.match(GPU_TYPE_PATTERN, gpu_type):
+            raise ConfigError(f"{where}.gpu_type: {gpu_type!r} is not a GRES type (letters, digits, _ . -; "
+                              "`sinfo -o %G` lists the partition's, e.g. gpu:a100:4 has type a100)")
+        if gpus == 0:
+            raise ConfigError(f"{where}.gpu_type: {gpu_type} given but gpus_per_node is 0 (no GPUs asked)")
+    return SlurmCluster(scratch_dir=scratch, gpus_per_node=gpus, gpu_type=gpu_type,
                         network_interface=interface,
                         srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra),
                         signal_grace_seconds=grace, cpu_bind=cpu_bind)
@@ -216,4 +231,6 @@ def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
     if slurm is not None:
         settings["slurm"] = {"scratch_dir": str(slurm["scratch_dir"]), "gpus_per_node": slurm["gpus_per_node"],
                              "srun_extra": list(slurm["srun_extra"]), "signal_grace_seconds": slurm["signal_grace_seconds"]}
+        if slurm.get("gpu_type"):  # records made before gpu_type have none
+            settings["slurm"]["gpu_type"] = slurm["gpu_type"]
     return settings

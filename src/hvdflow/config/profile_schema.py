@@ -20,6 +20,8 @@ DEFAULT_SIGNAL_GRACE = 120
 DEFAULT_ELASTIC_COOLDOWN = 60
 DEFAULT_ELASTIC_TIMEOUT = 600
 LOCAL_CPU_BINDS = ("cores", "none")
+GPU_TYPE_PATTERN = r"^[A-Za-z0-9_.-]+$"
+"""A GRES type as slurm.conf writes one (``Gres=gpu:a100:4``)."""
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -91,6 +93,11 @@ SCHEMA: dict[str, Any] = {
                 "gpus_per_node": {"type": "integer", "minimum": 0,
                                   "description": "GPUs of one node, 0 for CPU nodes; a layout needing more per node "
                                                  "is refused before any job."},
+                "gpu_type": {
+                    "type": "string", "pattern": GPU_TYPE_PATTERN,
+                    "description": "The GPU type the training jobs ask for where a partition's nodes have more than "
+                                   "one (Slurm's GRES type: a100, h100): the jobs ask gpu:<type>:N and doctor counts "
+                                   "that type only. Unset: gpu:N, any type."},
                 "srun_extra": {"type": "array", "items": {"type": "string"},
                                "description": "Extra flags for the ranks' job steps."},
                 "signal_grace_seconds": {

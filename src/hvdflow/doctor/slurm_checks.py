@@ -4,36 +4,11 @@ whether the profile's account is one of the user's."""
 
 from __future__ import annotations
 
-import getpass
-import re
 import shutil
-import subprocess
-from typing import Optional
 
 from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.doctor.profile_files import DoctorProfile
-
-_GRES_GPU = re.compile(r"gpu(?::[A-Za-z0-9_.-]+)*:(\d+)")
-
-
-def _slurm(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
-
-
-def slurm_minutes(limit: str) -> Optional[float]:
-    """A Slurm time limit as sinfo prints it (``infinite``, ``D-HH:MM:SS``, ``HH:MM:SS``, ``MM:SS``, ``MM``) in
-    minutes; None for no limit."""
-    if limit.lower() in ("infinite", "unlimited"):
-        return None
-    days, _, clock = limit.rpartition("-")
-    parts = [float(p) for p in clock.split(":")]
-    if len(parts) == 1:
-        hours, minutes, seconds = 0.0, parts[0], 0.0
-    elif len(parts) == 2:
-        hours, (minutes, seconds) = 0.0, parts
-    else:
-        hours, minutes, seconds = parts[-3:]
-    return (float(days or 0) * 24 + hours) * 60 + minutes + seconds / 60
+from hvdflow.slurm.cluster_info import SINFO_FORMAT, Partition, accounts, parse_partitions, slurm, slurm_minutes
 
 
 def client() -> Finding:
@@ -41,7 +16,7 @@ def client() -> Finding:
     if shutil.which("sinfo") is None:
         return failure("slurm client", "no sinfo on PATH", "load the site's Slurm module, or use a profile with "
                        "scheduler: none on a machine without Slurm")
-    proc = _slurm("sinfo", "--version")
+    proc = slurm("sinfo", "--version")
     if proc.returncode != 0:
         return failure("slurm client", f"sinfo --version failed: {proc.stderr.strip()[-300:]}",
                        "check that the Slurm controller answers (SLURM_CONF, munge)")
@@ -54,30 +29,30 @@ def partition(profile: DoctorProfile) -> list[Finding]:
     cluster = profile.cluster.slurm
     assert cluster is not None, "partition checks need a Slurm profile"
     name = profile.partition
-    argv = ["sinfo", "--noheader", "--format=%P|%a|%l|%G|%D"] + (["--partition", name] if name else [])
-    proc = _slurm(*argv)
-    rows = [line.split("|") for line in proc.stdout.splitlines() if line.strip()]
+    argv = ["sinfo", "--noheader", f"--format={SINFO_FORMAT}"] + (["--partition", name] if name else [])
+    proc = slurm(*argv)
+    found = parse_partitions(proc.stdout) if proc.returncode == 0 else []
     if name is None:  # Slurm's default partition, marked with '*'
-        rows = [row for row in rows if row[0].endswith("*")]
-    if proc.returncode != 0 or not rows:
+        found = [part for part in found if part.default]
+    if not found:
         said = proc.stderr.strip() or "sinfo lists no such partition"
         return [failure("partition", f"{name or 'the default partition'}: {said}",
                         "set slurm_partition under the profile's set-resources (train) to one `sinfo -s` lists")]
-    title, state, limit, gres, nodes = rows[0][0].rstrip("*"), rows[0][1], rows[0][2], rows[0][3], rows[0][4]
+    part = found[0]
     findings = []
-    if state != "up":
-        findings.append(failure("partition", f"{title} is {state}", "choose a partition that is up (sinfo -s)"))
+    if part.available != "up":
+        findings.append(failure("partition", f"{part.name} is {part.available}", "choose a partition that is up (sinfo -s)"))
     else:
-        findings.append(_nodes(title, nodes, limit))
+        findings.append(_nodes(part.name, str(part.nodes), part.time_limit))
     runtime = profile.runtime_minutes
-    most = slurm_minutes(limit)
+    most = slurm_minutes(part.time_limit)
     if runtime is not None and most is not None and runtime > most:
-        findings.append(failure("time limit", f"the train rule asks {runtime} min; {title} allows {limit}",
+        findings.append(failure("time limit", f"the train rule asks {runtime} min; {part.name} allows {part.time_limit}",
                                 f"set runtime under set-resources (train) to at most {int(most)} minutes: "
                                 "hvdflow checkpoints and requeues long runs"))
     elif runtime is not None:
-        findings.append(ok("time limit", f"the train rule's {runtime} min within {limit}"))
-    findings.append(_gres(title, gres, cluster.gpus_per_node))
+        findings.append(ok("time limit", f"the train rule's {runtime} min within {part.time_limit}"))
+    findings.append(_gres(part, cluster.gpus_per_node, cluster.gpu_type))
     return findings
 
 
@@ -89,7 +64,7 @@ draining, down, reserved, maint, fail, ...) take none."""
 def node_states(title: str) -> dict[str, int]:
     """How many of the partition's nodes are in each state, as ``sinfo`` says (``%T``: ``idle``, ``drained``,
     ``idle~`` powered off, ``idle*`` not responding, ...)."""
-    proc = _slurm("sinfo", "--noheader", f"--partition={title}", "--format=%T|%D")
+    proc = slurm("sinfo", "--noheader", f"--partition={title}", "--format=%T|%D")
     states: dict[str, int] = {}
     for state, _, count in (line.partition("|") for line in proc.stdout.splitlines() if "|" in line):
         states[state.strip()] = states.get(state.strip(), 0) + int(count)
@@ -113,32 +88,43 @@ def _nodes(title: str, nodes: str, limit: str) -> Finding:
     return ok("partition", f"{title}: up, {nodes} nodes ({said or 'states not listed'}), time limit {limit}")
 
 
-def _gres(title: str, gres: str, wanted: int) -> Finding:
-    counts = [int(n) for n in _GRES_GPU.findall(gres)]
+def gres_text(part: Partition) -> str:
+    """The partition's GPUs as a reader wants them: ``gpu:a100:4 on 2 nodes, gpu:h100:2 on 1 node``."""
+    kinds = part.gpu_types()
+    return ", ".join(f"gpu:{kind + ':' if kind else ''}{most} on {nodes} node{'s' if nodes != 1 else ''}"
+                     for kind, (most, nodes) in kinds.items()) or "no GPUs"
+
+
+def _gres(part: Partition, wanted: int, gpu_type: str | None) -> Finding:
+    title, said = part.name, gres_text(part)
     if wanted == 0:
-        return ok("gpus", f"the profile counts no GPUs (gpus_per_node: 0); {title}'s GRES: {gres}")
-    if not counts:
-        return failure("gpus", f"the profile counts {wanted} GPUs per node; {title}'s nodes have no gpu GRES ({gres})",
+        return ok("gpus", f"the profile counts no GPUs (gpus_per_node: 0); {title}'s nodes: {said}")
+    kinds = part.gpu_types()
+    if not kinds:
+        return failure("gpus", f"the profile counts {wanted} GPUs per node; {title}'s nodes have no gpu GRES",
                        "choose the GPU partition, or set gpus_per_node: 0 in the profile's hvdflow.yaml")
-    if max(counts) < wanted:
-        return failure("gpus", f"the profile counts {wanted} GPUs per node; {title}'s nodes have {gres}",
-                       f"set gpus_per_node: {max(counts)} in the profile's hvdflow.yaml")
-    return ok("gpus", f"{title}'s nodes have {gres}; the profile uses {wanted} per node")
+    if gpu_type is not None and gpu_type not in kinds:
+        typed = ", ".join(sorted(k for k in kinds if k)) or "none (untyped GRES)"
+        return failure("gpus", f"the profile asks GPU type {gpu_type}; {title}'s nodes have {said}",
+                       f"set slurm.gpu_type in the profile's hvdflow.yaml to one of the types there: {typed}")
+    most = part.gpus_per_node(gpu_type)
+    if most < wanted:
+        return failure("gpus", f"the profile counts {wanted} {gpu_type + ' ' if gpu_type else ''}GPUs per node; "
+                       f"{title}'s nodes have {said}", f"set gpus_per_node: {most} in the profile's hvdflow.yaml")
+    return ok("gpus", f"{title}'s nodes have {said}; the profile uses {wanted} "
+              f"{gpu_type + ' ' if gpu_type else ''}per node")
 
 
 def account(profile: DoctorProfile) -> Finding:
     """The profile's account is one of the user's Slurm associations (none set: Slurm's default)."""
-    user = getpass.getuser()
-    proc = _slurm("sacctmgr", "--noheader", "--parsable2", "show", "associations", f"user={user}",
-                  "format=account") if shutil.which("sacctmgr") else None
-    if proc is None or proc.returncode != 0:
-        said = "no sacctmgr" if proc is None else proc.stderr.strip()[-200:]
-        return warning("account", f"cannot list {user}'s accounts ({said})",
+    known = accounts()
+    if known.said:
+        return warning("account", f"cannot list {known.user}'s accounts ({known.said})",
                        "check slurm_account with `sacctmgr show assoc user=$USER` where it runs")
-    accounts = sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
+    listed = ", ".join(known.accounts) or "none listed"
     if profile.account is None:
-        return ok("account", f"none set: Slurm's default for {user} (theirs: {', '.join(accounts) or 'none listed'})")
-    if profile.account not in accounts:
-        return failure("account", f"{profile.account} is not one of {user}'s accounts ({', '.join(accounts) or 'none'})",
+        return ok("account", f"none set: Slurm's default for {known.user} (theirs: {listed})")
+    if profile.account not in known.accounts:
+        return failure("account", f"{profile.account} is not one of {known.user}'s accounts ({listed})",
                        "set slurm_account under the profile's default-resources to one of them")
-    return ok("account", f"{profile.account}, one of {user}'s")
+    return ok("account", f"{profile.account}, one of {known.user}'s")

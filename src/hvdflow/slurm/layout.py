@@ -8,10 +8,10 @@ from hvdflow.config.profile import SlurmCluster
 
 
 def gres(ranks: int, nodes: int, cluster: SlurmCluster | None) -> str:
-    """The train job's ``gres`` resource: ``gpu:N`` per node, or empty without Slurm or GPUs."""
+    """The train job's ``gres`` resource: ``gpu:N`` (or ``gpu:<type>:N``) per node, or empty without Slurm or GPUs."""
     if cluster is None or not cluster.gpus_per_node:
         return ""
-    return f"gpu:{gpus_per_node_needed(ranks, nodes, cluster)}"
+    return cluster.gpu_gres(gpus_per_node_needed(ranks, nodes, cluster))
 
 
 def even_tasks_per_node(ranks: int, nodes: int) -> int:

@@ -37,7 +37,7 @@ def ranks_step(cluster: SlurmCluster, ranks: int, nodes: int, program: Sequence[
     argv += [f"--cpus-per-task={cpus_per_task}", f"--cpu-bind={cluster.cpu_bind}", "--kill-on-bad-exit=1", "--overlap"]
     gpus = gpus_per_node_needed(ranks, nodes, cluster)
     if gpus:
-        argv.append(f"--gres=gpu:{gpus}")
+        argv.append(f"--gres={cluster.gpu_gres(gpus)}")
     return argv + list(cluster.srun_extra) + list(program)
 
 
@@ -58,7 +58,7 @@ def mpirun_ranks(ranks: int, program: Sequence[str]) -> list[str]:
 def worker_step(cluster: SlurmCluster, node: str, cpus_per_task: int, program: Sequence[str]) -> list[str]:
     """One elastic worker: a one-task step on ``node`` that outlives the failure of others (one GPU where the cluster
     has GPUs)."""
-    gpus = ["--gres=gpu:1"] if cluster.gpus_per_node > 0 else []
+    gpus = [f"--gres={cluster.gpu_gres(1)}"] if cluster.gpus_per_node > 0 else []
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--cpus-per-task={cpus_per_task}",
             f"--cpu-bind={cluster.cpu_bind}", "--overlap", "--kill-on-bad-exit=0", *gpus, *cluster.srun_extra,
             *program]

@@ -30,7 +30,7 @@ from hvdflow.testbed import config as tc
 DEFAULT_BASE = Path("/var/lib/hvdflow-testbed")
 ETC_SLURM = Path("/etc/slurm")
 CONFIG_FILES = {"slurm.conf": tc.slurm_conf, "gres.conf": tc.gres_conf, "cgroup.conf": tc.cgroup_conf,
-                "slurmdbd.conf": tc.slurmdbd_conf}
+                "slurmdbd.conf": tc.slurmdbd_conf, "task_prolog.sh": tc.task_prolog, "epilog.sh": tc.epilog}
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 
 
@@ -92,6 +92,8 @@ def _write_configs(layout: tc.Layout, running: bool) -> None:
             raise TestbedError(f"{path} would change while the test bed runs: stop it first (hvdflow testbed stop)")
         path.write_text(text)
     (layout.etc / "slurmdbd.conf").chmod(0o600)
+    for script in ("task_prolog.sh", "epilog.sh"):
+        (layout.etc / script).chmod(0o755)
     (layout.etc / "my.cnf").chmod(0o644)
 
 
@@ -125,24 +127,29 @@ def _start_network(layout: tc.Layout) -> None:
         created.append(name)
         record.write_text("\n".join(created) + "\n")
 
-    if _sh(["ip", "link", "show", tc.BRIDGE], check=False).returncode != 0:
-        _sh(["ip", "link", "add", tc.BRIDGE, "type", "bridge"])
-        remember(f"link:{tc.BRIDGE}")
-        _sh(["ip", "addr", "add", f"{tc.CONTROLLER_ADDR}/24", "dev", tc.BRIDGE])
-    _sh(["ip", "link", "set", tc.BRIDGE, "up"])
+    for bridge in (tc.BRIDGE, tc.FAST_BRIDGE):
+        if _sh(["ip", "link", "show", bridge], check=False).returncode != 0:
+            _sh(["ip", "link", "add", bridge, "type", "bridge"])
+            remember(f"link:{bridge}")
+            if bridge == tc.BRIDGE:
+                _sh(["ip", "addr", "add", f"{tc.CONTROLLER_ADDR}/24", "dev", bridge])
+        _sh(["ip", "link", "set", bridge, "up"])
     for node in layout.node_names:
         ns = layout.netns(node)
         if not Path(f"/run/netns/{ns}").exists():
             _sh(["ip", "netns", "add", ns])
             remember(f"netns:{ns}")
-        if _sh(["ip", "link", "show", ns], check=False).returncode != 0:
-            _sh(["ip", "link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns])
-            remember(f"link:{ns}")
-            _sh(["ip", "link", "set", ns, "master", tc.BRIDGE])
-            _sh(["ip", "-n", ns, "addr", "add", f"{layout.node_addr(node)}/24", "dev", "eth0"])
-        for argv in (["ip", "link", "set", ns, "up"], ["ip", "-n", ns, "link", "set", "eth0", "up"],
-                     ["ip", "-n", ns, "link", "set", "lo", "up"]):
-            _sh(argv)
+        links = ((ns, "eth0", tc.BRIDGE, layout.node_addr(node)),
+                 (f"{ns}-ib", tc.FAST_INTERFACE, tc.FAST_BRIDGE, layout.fast_addr(node)))
+        for host_side, inside, bridge, address in links:
+            if _sh(["ip", "link", "show", host_side], check=False).returncode != 0:
+                _sh(["ip", "link", "add", host_side, "type", "veth", "peer", "name", inside, "netns", ns])
+                remember(f"link:{host_side}")
+                _sh(["ip", "link", "set", host_side, "master", bridge])
+                _sh(["ip", "-n", ns, "addr", "add", f"{address}/24", "dev", inside])
+            _sh(["ip", "link", "set", host_side, "up"])
+            _sh(["ip", "-n", ns, "link", "set", inside, "up"])
+        _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
 
 
 def _start_mariadb(layout: tc.Layout) -> None:
@@ -182,12 +189,13 @@ def _start_slurmdbd(layout: tc.Layout) -> None:
 
 def _make_node_dirs(layout: tc.Layout) -> None:
     """Each node's spool, scratch (mode 1777) and GPU devices (``mknod c 195 N``, as NVIDIA's)."""
-    layout.scratch_mount.mkdir(parents=True, exist_ok=True)
-    layout.scratch_mount.chmod(0o755)  # the host's own view: nothing writes here outside a node
+    for mount in (layout.scratch_mount, layout.job_tmp_mount):
+        mount.mkdir(parents=True, exist_ok=True)
+        mount.chmod(0o755)  # the host's own view: nothing writes here outside a node
     for node in layout.node_names:
-        scratch = layout.node_scratch(node)
-        scratch.mkdir(parents=True, exist_ok=True)
-        scratch.chmod(0o1777)
+        for scratch in (layout.node_scratch(node), layout.node_job_tmp(node)):
+            scratch.mkdir(parents=True, exist_ok=True)
+            scratch.chmod(0o1777)
         dev = layout.gpu_dir(node)
         dev.mkdir(parents=True, exist_ok=True)
         for i in range(layout.gpus_per_node):
@@ -243,9 +251,11 @@ def _start_nodes(layout: tc.Layout) -> None:
     for node in layout.node_names:
         if alive(layout.run / f"slurmd-{node}.pid"):
             continue
-        _empty(layout.node_scratch(node))  # a node that boots has an empty /tmp: nothing of an earlier session's users
+        for local in (layout.node_scratch(node), layout.node_job_tmp(node)):
+            _empty(local)  # a node that boots has an empty /tmp: nothing of an earlier session's users
         mounts = [(f"{layout.etc}/hosts", "/etc/hosts"), (str(layout.etc), str(ETC_SLURM)),
-                  (str(layout.node_scratch(node)), str(layout.scratch_mount))]
+                  (str(layout.node_scratch(node)), str(layout.scratch_mount)),
+                  (str(layout.node_job_tmp(node)), str(layout.job_tmp_mount))]
         if layout.proctrack == "cgroup":
             _make_freezer_dir(layout, node)
             mounts.append((str(layout.freezer_dir(node)), str(tc.FREEZER)))

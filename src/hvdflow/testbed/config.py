@@ -1,7 +1,8 @@
 """The configuration files of the test-bed Slurm cluster (:mod:`hvdflow.testbed`), rendered from its layout.
 
 One controller (slurmctld, slurmdbd, MariaDB) on the bridge address, and nodes ``n1..nN`` each with its own network,
-UTS and mount namespace, address, hostname, fake GPUs and node-local scratch directory.
+UTS and mount namespace, address, hostname, fake GPUs of two GRES types, node-local scratch directory, a
+second interface ``ib0`` on a network of the nodes alone, and a per-job ``$TMPDIR`` on its local disk (task prolog).
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from hvdflow.errors import HvdflowError
 CLUSTER = "hvdflow-testbed"
 NETWORK = "10.213.47"
 BRIDGE = "hvdtb0"
+FAST_NETWORK = "10.213.48"
+FAST_BRIDGE = "hvdtb1"
+FAST_INTERFACE = "ib0"
+"""Each node's second interface, on a network of the nodes alone (the controller has no address there): the ranks'
+high-speed network, as InfiniBand's ib0 on a real cluster."""
 CONTROLLER_ADDR = f"{NETWORK}.1"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
@@ -22,6 +28,13 @@ MARIADB_PORT = 13306
 DB_USER = "slurm"
 DB_PASSWORD = "hvdflow-testbed"  # MariaDB listens on 127.0.0.1 only, in a datadir of the test bed's own
 PARTITION = "debug"
+OTHER_PARTITION = "accel"
+"""A second partition over the same nodes, named as no shipped profile names one, with a time limit: what
+``hvdflow site new`` is tested against."""
+OTHER_PARTITION_LIMIT = "04:00:00"
+GPU_TYPES = ("a100", "h100")
+"""Each node's GPUs are half of one GRES type and half of the other (``Gres=gpu:a100:2,gpu:h100:2``): a job may ask
+any type (``gpu:4``) or one (``gpu:a100:2``)."""
 PROCTRACK = ("linuxproc", "cgroup")
 """How slurmd tracks a job's processes: ``linuxproc`` (signals reach every process of a task) or ``cgroup`` (a freezer
 cgroup per step, as most production clusters run it; signals other than SIGKILL reach only each task's top process)."""
@@ -43,6 +56,13 @@ class Layout:
     def __post_init__(self) -> None:
         if self.proctrack not in PROCTRACK:
             raise HvdflowError(f"test-bed proctrack {self.proctrack!r}: expected one of {', '.join(PROCTRACK)}")
+        if self.gpus_per_node % len(GPU_TYPES):
+            raise HvdflowError(f"test-bed gpus_per_node {self.gpus_per_node}: must split evenly over {GPU_TYPES}")
+
+    def gpu_ranges(self) -> list[tuple[str, int, int]]:
+        """Each GPU type of a node with its first and last device number."""
+        each = self.gpus_per_node // len(GPU_TYPES)
+        return [(kind, i * each, (i + 1) * each - 1) for i, kind in enumerate(GPU_TYPES)]
 
     @property
     def node_names(self) -> list[str]:
@@ -52,6 +72,10 @@ class Layout:
     def node_addr(self, node: str) -> str:
         """The node's address on the bridge."""
         return f"{NETWORK}.{10 + int(node[1:])}"
+
+    def fast_addr(self, node: str) -> str:
+        """The node's address on the second network (:data:`FAST_INTERFACE`)."""
+        return f"{FAST_NETWORK}.{10 + int(node[1:])}"
 
     def netns(self, node: str) -> str:
         """The name of the node's network namespace."""
@@ -73,6 +97,15 @@ class Layout:
     def gpu_dir(self, node: str) -> Path:
         """Where the node's fake GPU device files are (character devices 195:N, as NVIDIA's)."""
         return self.base / "nodes" / node / "dev"
+
+    @property
+    def job_tmp_mount(self) -> Path:
+        """Where every node sees its own per-job temporary folders (``$TMPDIR``, made by the task prolog)."""
+        return self.base / "localtmp"
+
+    def node_job_tmp(self, node: str) -> Path:
+        """The directory mounted at :attr:`job_tmp_mount` in ``node``."""
+        return self.base / "nodes" / node / "localtmp"
 
     @property
     def mysql(self) -> Path:
@@ -99,9 +132,10 @@ def slurm_conf(layout: Layout) -> str:
     """``slurm.conf``: cons_tres with fake GPUs, accounting through slurmdbd, finished jobs kept 5 min in squeue, a
     requeued job restarting after 10 s (``cred_expire``; 120 s by default), and the layout's process tracking."""
     b = layout.base
+    gres = ",".join(f"gpu:{kind}:{last - first + 1}" for kind, first, last in layout.gpu_ranges())
     nodes = "\n".join(
         f"NodeName={n} NodeAddr={layout.node_addr(n)} NodeHostname={n} CPUs={layout.cpus_per_node} "
-        f"RealMemory={layout.memory_mb} Gres=gpu:{layout.gpus_per_node} State=UNKNOWN"
+        f"RealMemory={layout.memory_mb} Gres={gres} State=UNKNOWN"
         for n in layout.node_names
     )
     return f"""# hvdflow test-bed cluster: rendered by hvdflow.testbed.config; do not edit.
@@ -132,19 +166,34 @@ InactiveLimit=0
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort={SLURMDBD_PORT}
-AccountingStorageTRES=gres/gpu
+AccountingStorageTRES=gres/gpu,{','.join(f'gres/gpu:{kind}' for kind in GPU_TYPES)}
 JobAcctGatherType=jobacct_gather/linux
 JobCompType=jobcomp/none
+TaskProlog={b}/etc/task_prolog.sh
+Epilog={b}/etc/epilog.sh
 GresTypes=gpu
 {nodes}
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName={OTHER_PARTITION} Nodes=ALL Default=NO MaxTime={OTHER_PARTITION_LIMIT} State=UP
 """
 
 
 def gres_conf(layout: Layout) -> str:
-    """``gres.conf``: each node's GPUs as character devices of its own."""
-    last = layout.gpus_per_node - 1
-    return "".join(f"NodeName={n} Name=gpu File={layout.gpu_dir(n)}/nvidia[0-{last}]\n" for n in layout.node_names)
+    """``gres.conf``: each node's GPUs as character devices of its own, of two types."""
+    return "".join(f"NodeName={n} Name=gpu Type={kind} File={layout.gpu_dir(n)}/nvidia[{first}-{last}]\n"
+                   for n in layout.node_names for kind, first, last in layout.gpu_ranges())
+
+
+def task_prolog(layout: Layout) -> str:
+    """The task prolog (run as the job's user before each task): a ``$TMPDIR`` of the job's own on the node's local
+    disk, as many sites give one."""
+    folder = f"{layout.job_tmp_mount}/job-$SLURM_JOB_ID"
+    return f"#!/bin/sh\nmkdir -p -m 0700 {folder} && echo export TMPDIR={folder}\n"
+
+
+def epilog(layout: Layout) -> str:
+    """The epilog (root, on each node of a job once it ends): the job's ``$TMPDIR`` removed."""
+    return f"#!/bin/sh\nrm -rf {layout.job_tmp_mount}/job-$SLURM_JOB_ID\nexit 0\n"
 
 
 def cgroup_conf(layout: Layout) -> str:
