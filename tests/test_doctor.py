@@ -30,9 +30,8 @@ from hvdflow.doctor.findings import (
 )
 from hvdflow.doctor.node import MARKER, NodeReport, gpus, read_node_report
 from hvdflow.doctor.profile_files import find_profile_folder, load_doctor_profile
-from hvdflow.doctor.slurm_checks import can_run_jobs
 from hvdflow.errors import ConfigError
-from hvdflow.slurm.cluster_info import slurm_minutes
+from hvdflow.slurm.cluster_info import can_run_jobs, slurm_minutes
 from hvdflow.slurm.probe_job import Stopped, stop_on_signals
 from hvdflow_wire import WireError
 

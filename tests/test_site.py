@@ -151,6 +151,32 @@ def test_the_high_speed_interface_is_taken_before_a_faster_ethernet() -> None:
     assert choices.network_interface(_facts(), None).value == "auto"
 
 
+def test_where_a_second_node_tried_only_the_interfaces_it_reached_are_chosen() -> None:
+    eth, ib = Interface("eth0", "10.0.0.42", 25000), Interface("ib0", "10.1.0.42", None)
+    facts = NodeFacts("g042", [], [eth, ib], None, [], [], peer="g043", reached=["eth0"])
+    chosen = choices.network_interface(facts, None)
+    assert chosen.value == "eth0" and chosen.said.startswith("probe job: g043 reached g042 on eth0 of eth0 10.0.0.42")
+    with pytest.raises(SiteError, match=r"--interface ib0: g043 could not reach g042 on it"):
+        choices.network_interface(facts, "ib0")
+    with pytest.raises(SiteError, match=r"no interface of g042 was reached from g043 \(eth0 10.0.0.42 25000 Mb/s, "
+                                        r"ib0 10.1.0.42\): ask the site"):
+        choices.network_interface(NodeFacts("g042", [], [eth, ib], None, [], [], peer="g043", reached=[]), None)
+
+
+def test_two_tasks_meet_in_a_folder_and_the_listener_names_the_interfaces_reached(tmp_path: Path) -> None:
+    # the probe's two tasks on one machine: the second connects to what the first listens on (loopback here)
+    import threading
+
+    from hvdflow.site import reach as meeting
+
+    second = threading.Thread(target=meeting.connect, args=(tmp_path,))
+    second.start()
+    met = meeting.listen(tmp_path, {"lo": "127.0.0.1"})
+    second.join(timeout=60)
+    assert met.peer and met.reached == ["lo"], met
+    assert (tmp_path / meeting.LISTENING).exists() and (tmp_path / meeting.DONE).read_text() == met.peer
+
+
 def test_the_probes_line_reads_back_and_a_malformed_one_is_named() -> None:
     facts = _facts(ScratchCandidate("/local", "/local", True, 5, True, "writable"),
                    interfaces=(Interface("ib0", "10.1.0.42", 200000),))

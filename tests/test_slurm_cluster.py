@@ -356,7 +356,10 @@ def test_site_new_writes_a_profile_of_another_partition_gpu_type_and_account_tha
     assert resources["set-resources"]["train"]["runtime"] == 240  # the partition's limit, 4:00:00
     assert resources["set-resources"]["train"]["cpus_per_task"] == 2  # 4 cores, 2 a100 per node
     text = (pipeline.root / "profiles/other/hvdflow.yaml").read_text()
-    assert "# probe job on n" in text and "# --gpu-type; sinfo: 2 per node on 2 of accel's nodes" in text, text
+    assert "# --gpu-type; sinfo: 2 per node on 2 of accel's nodes" in text, text
+    # a probe job of two nodes: the second reached the first on both interfaces; ib0 is taken before eth0
+    assert re.search(r"network_interface: \"ib0\" +# probe job: n\d reached n\d on eth0, ib0 of eth0 10\.213\.47\.1\d, "
+                     r"ib0 10\.213\.48\.1\d", text), text
     # doctor ran with the new profile, every check passed, the node job on the other partition with the GPU type
     assert "hvdflow site new: hvdflow doctor --profile other" in site.stdout, output[-6000:]
     assert re.search(r"gpus +accel's nodes have gpu:a100:2 on 2 nodes, gpu:h100:2 on 2 nodes; the profile uses 2 "

@@ -8,7 +8,15 @@ import shutil
 
 from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.doctor.profile_files import DoctorProfile
-from hvdflow.slurm.cluster_info import SINFO_FORMAT, Partition, accounts, parse_partitions, slurm, slurm_minutes
+from hvdflow.slurm.cluster_info import (
+    SINFO_FORMAT,
+    Partition,
+    accounts,
+    can_run_jobs,
+    parse_partitions,
+    slurm,
+    slurm_minutes,
+)
 
 
 def client() -> Finding:
@@ -56,11 +64,6 @@ def partition(profile: DoctorProfile) -> list[Finding]:
     return findings
 
 
-USABLE_STATES = ("idle", "mixed", "allocated", "completing", "planned")
-"""Node states (sinfo's ``%T``) of a node that runs jobs now or will when its jobs end: the others (drained,
-draining, down, reserved, maint, fail, ...) take none."""
-
-
 def node_states(title: str) -> dict[str, int]:
     """How many of the partition's nodes are in each state, as ``sinfo`` says (``%T``: ``idle``, ``drained``,
     ``idle~`` powered off, ``idle*`` not responding, ...)."""
@@ -69,12 +72,6 @@ def node_states(title: str) -> dict[str, int]:
     for state, _, count in (line.partition("|") for line in proc.stdout.splitlines() if "|" in line):
         states[state.strip()] = states.get(state.strip(), 0) + int(count)
     return states
-
-
-def can_run_jobs(state: str) -> bool:
-    """Whether a node in ``state`` can take a job now or when its jobs end: not one that does not respond (``*``) or
-    is in a maintenance reservation (``$``); one powered off (``~``) or rebooting is powered up or back for it."""
-    return "*" not in state and "$" not in state and state.rstrip("~#!%@^-") in USABLE_STATES
 
 
 def _nodes(title: str, nodes: str, limit: str) -> Finding:

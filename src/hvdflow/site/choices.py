@@ -147,13 +147,23 @@ def _rank(interface: Interface) -> tuple[int, int]:
 
 def network_interface(facts: NodeFacts, given: Optional[str]) -> Chosen:
     """The interface the ranks' Gloo binds to: ``given`` (checked on the node), else the high-speed one (ib*,
-    hsn*, ...), else the fastest, else ``auto`` where the node has none but loopback."""
+    hsn*, ...), else the fastest, else ``auto`` where the node has none but loopback; where a second node tried to
+    reach this one on each interface (``facts.peer``), only those it reached."""
     names = ", ".join(f"{i.name} {i.address}" + (f" {i.speed_mbps} Mb/s" if i.speed_mbps else "") for i in facts.interfaces)
+    pool = facts.interfaces
+    said = f"probe job on {facts.host}: {names}"
+    if facts.peer is not None:
+        pool = [i for i in facts.interfaces if i.name in facts.reached]
+        said = f"probe job: {facts.peer} reached {facts.host} on {', '.join(facts.reached) or 'none'} of {names}"
     if given is not None:
         if given != "auto" and given not in {i.name for i in facts.interfaces}:
             raise SiteError(f"--interface {given}: {facts.host} has no such interface with an address ({names or 'none'})")
-        return Chosen(given, f"--interface; probe job on {facts.host}: {names}")
-    if not facts.interfaces:
+        if given != "auto" and given not in {i.name for i in pool}:
+            raise SiteError(f"--interface {given}: {facts.peer} could not reach {facts.host} on it ({said})")
+        return Chosen(given, f"--interface; {said}")
+    if facts.peer is not None and not pool:
+        raise SiteError(f"no interface of {facts.host} was reached from {facts.peer} ({names}): ask the site which "
+                        "network the compute nodes share, and pass --interface NAME")
+    if not pool:
         return Chosen("auto", f"probe job on {facts.host}: no interface but loopback listed; auto follows the route")
-    best = sorted(facts.interfaces, key=_rank)[0]
-    return Chosen(best.name, f"probe job on {facts.host}: {names}")
+    return Chosen(sorted(pool, key=_rank)[0].name, said)

@@ -90,12 +90,16 @@ def probe_node(part: Partition, account: Optional[str], gres: Optional[str], can
     """The facts of one node of ``part``, from one probe job; SiteError naming why there are none."""
     options = [f"--partition={part.name}", *([f"--account={account}"] if account else []),
                *([f"--gres={gres}"] if gres else [])]
-    with _login_markers(candidates) as markers:
+    nodes = 2 if part.usable_nodes() >= 2 else 1  # two: whether the nodes reach each other on each interface
+    with _login_markers(candidates) as markers, tempfile.TemporaryDirectory(prefix=".hvdflow-site-meet-",
+                                                                             dir=Path.home()) as meet:
         program = [sys.executable, "-m", "hvdflow.site.node_probe", *(f"--scratch={c}" for c in candidates),
-                   *(f"--marker={path}={token}" for path, token in markers.items())]
-        say(f"hvdflow site new: a probe job on {part.name} ({' '.join(options)}), waiting at most {wait:.0f} s")
+                   *(f"--marker={path}={token}" for path, token in markers.items()),
+                   *([f"--meet={meet}"] if nodes == 2 else [])]
+        say(f"hvdflow site new: a probe job of {nodes} node{'s' if nodes > 1 else ''} on {part.name} "
+            f"({' '.join(options)}), waiting at most {wait:.0f} s")
         outcome = run_probe_job(probe_name("hvdflow-site-"), options, program, with_this_hvdflow(os.environ), wait,
-                                lambda line: say(f"hvdflow site new: probe {line}"))
+                                lambda line: say(f"hvdflow site new: probe {line}"), nodes=nodes)
     if outcome.output is None:
         reason = f"Slurm's reason: {outcome.waiting.reason}" if outcome.waiting else "it was not in the queue"
         raise SiteError(f"no node of {part.name} took the probe job within {wait:.0f} s ({reason}); it was "

@@ -1,7 +1,8 @@
 """What ``hvdflow site new`` learns on one compute node of a partition, run there as a short Slurm job step
 (``python -m hvdflow.site.node_probe``): the node-local scratch candidates (writable, node-local, free space), the
-network interfaces with their addresses and speeds, whether this user may run udocker's R1 there (user namespaces
-and runc: what ``execmode: auto`` chooses), and the GPUs the job got.
+network interfaces with their addresses and speeds (and, in a probe of two nodes, which of them the second node
+reaches), whether this user may run udocker's R1 there (user namespaces and runc: what ``execmode: auto`` chooses),
+and the GPUs the job got.
 
 It prints one line, :data:`MARKER` and its :class:`NodeFacts` as a JSON object, which :func:`read_node_facts` reads
 on the login node.
@@ -17,11 +18,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
 from hvdflow.images.runc_probe import probe_runc_mode
+from hvdflow.site.reach import reach
 from hvdflow_wire.values import from_json, parse_object, to_json
 
 MARKER = "hvdflow-site-node: "
@@ -66,6 +68,10 @@ class NodeFacts:
     visible_gpus: list[str]
     gpu_names: list[str]
     """The GPUs ``nvidia-smi -L`` lists; empty without a driver."""
+    peer: Optional[str] = None
+    """The second node that tried to reach this one on each interface; None where none did (a one-node probe)."""
+    reached: list[str] = field(default_factory=list)
+    """The interfaces the second node reached."""
 
     def line(self) -> str:
         """The facts as the probe prints them: :data:`MARKER` and the JSON object."""
@@ -127,11 +133,16 @@ def _gpu_names() -> list[str]:
     return [line.split(" (UUID")[0] for line in listed.stdout.splitlines() if line.startswith("GPU ")]
 
 
-def node_facts(paths: Sequence[str], markers: dict[str, str]) -> NodeFacts:
-    """Everything the probe looks at on this node."""
+def node_facts(paths: Sequence[str], markers: dict[str, str], meet: Optional[Path] = None) -> Optional[NodeFacts]:
+    """Everything the probe looks at on this node, where it is the probe's first task; its part of the meeting with a
+    second node (:mod:`hvdflow.site.reach`, in ``meet``) in either task; None in the second."""
+    found = interfaces()
+    met = reach(meet, int(os.environ.get("SLURM_PROCID", "0")), {i.name: i.address for i in found})
+    if meet is not None and met is None:
+        return None
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return NodeFacts(socket.gethostname(), scratch_candidates(paths, markers), interfaces(),
-                     probe_runc_mode().cause(), visible, _gpu_names())
+    return NodeFacts(socket.gethostname(), scratch_candidates(paths, markers), found, probe_runc_mode().cause(),
+                     visible, _gpu_names(), met.peer if met else None, met.reached if met else [])
 
 
 def read_node_facts(output: str) -> Optional[NodeFacts]:
@@ -149,9 +160,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--scratch", action="append", default=[], help="a candidate (repeat; in order)")
     parser.add_argument("--marker", action="append", default=[], metavar="PATH=FILE",
                         help="the file the login node wrote in candidate PATH")
+    parser.add_argument("--meet", type=Path, default=None,
+                        help="a folder on the shared home where the probe's two tasks meet (two-node probes)")
     args = parser.parse_args(argv)
     markers = dict(item.split("=", 1) for item in args.marker)
-    print(node_facts(args.scratch, markers).line(), flush=True)
+    facts = node_facts(args.scratch, markers, args.meet)
+    if facts is not None:
+        print(facts.line(), flush=True)
     return 0
 
 

@@ -65,6 +65,17 @@ def slurm_minutes(limit: str) -> Optional[float]:
     return (float(days or 0) * 24 + hours) * 60 + minutes + seconds / 60
 
 
+USABLE_STATES = ("idle", "mixed", "allocated", "completing", "planned")
+"""Node states (sinfo's ``%T``) of a node that runs jobs now or will when its jobs end: the others (drained,
+draining, down, reserved, maint, fail, ...) take none."""
+
+
+def can_run_jobs(state: str) -> bool:
+    """Whether a node in ``state`` can take a job now or when its jobs end: not one that does not respond (``*``) or
+    is in a maintenance reservation (``$``); one powered off (``~``) or rebooting is powered up or back for it."""
+    return "*" not in state and "$" not in state and state.rstrip("~#!%@^-") in USABLE_STATES
+
+
 @dataclass(frozen=True)
 class NodeGroup:
     """Nodes of one partition alike in what ``sinfo`` shows: how many, their cores, memory, GPUs and state."""
@@ -105,6 +116,10 @@ class Partition:
         if gpu_type is None:
             return max((sum(g.gpus.values()) for g in self.groups), default=0)
         return self.gpu_types().get(gpu_type, (0, 0))[0]
+
+    def usable_nodes(self) -> int:
+        """Its nodes that run jobs now or will when their jobs end (idle, mixed, allocated, completing)."""
+        return sum(g.nodes for g in self.groups if can_run_jobs(g.state))
 
     @property
     def cpus_per_node(self) -> int:

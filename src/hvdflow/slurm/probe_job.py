@@ -107,10 +107,12 @@ def probe_name(prefix: str) -> str:
 
 
 def run_probe_job(name: str, options: Sequence[str], program: Sequence[str], env: dict[str, str], wait: float,
-                  say: Callable[[str], None]) -> ProbeOutcome:
-    """``srun --nodes=1 --ntasks=1 --job-name=NAME --time=`` :data:`PROBE_MINUTES` ``OPTIONS PROGRAM``, waited for at
-    most ``wait`` seconds (queueing included) and cancelled on the way out whatever ended the wait."""
-    argv = ["srun", "--nodes=1", "--ntasks=1", f"--job-name={name}", f"--time={PROBE_MINUTES}", *options, *program]
+                  say: Callable[[str], None], nodes: int = 1) -> ProbeOutcome:
+    """``srun --nodes=N --ntasks=N --ntasks-per-node=1 --job-name=NAME --time=`` :data:`PROBE_MINUTES` ``OPTIONS
+    PROGRAM``, waited for at most ``wait`` seconds (queueing included) and cancelled on the way out whatever ended
+    the wait."""
+    argv = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1", f"--job-name={name}",
+            f"--time={PROBE_MINUTES}", *options, *program]
     srun = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             stdin=subprocess.DEVNULL)
     job: Optional[QueuedJob] = None
