@@ -205,3 +205,16 @@ def test_the_nodes_gpus_against_the_profile_where_no_driver_is_installed(monkeyp
     unchecked = gpus(2)
     assert unchecked.status == WARNING and "no nvidia-smi, so the driver is not checked" in unchecked.detail, unchecked
     assert gpus(0).status == OK
+
+
+def test_an_installed_hvdflows_pins_are_its_runtime_dependencies_not_its_test_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the README's venv (`pip install -c requirements/constraints.txt .`) has no pytest: doctor must not ask for it
+    import importlib.metadata
+
+    from hvdflow.doctor import host
+
+    monkeypatch.setattr(host, "PYPROJECT", tmp_path / "no-pyproject.toml")
+    monkeypatch.setattr(importlib.metadata, "requires", lambda name: [
+        "snakemake==9.27.1", "PyYAML==6.0.3", 'pytest==9.2.0; extra == "test"', 'h5py==3.16.0 ; extra == "test"'])
+    assert host.pinned_requirements() == {"snakemake": "9.27.1", "PyYAML": "6.0.3"}

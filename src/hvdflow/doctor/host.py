@@ -48,7 +48,9 @@ def pinned_requirements() -> dict[str, str]:
         requires = importlib.metadata.requires("hvdflow") or []
     except importlib.metadata.PackageNotFoundError:
         return {}
-    return dict(m.groups() for m in map(REQUIREMENT.match, requires) if m)
+    # an installed hvdflow's metadata lists the test extra's pins too, marked `; extra == "test"`: not the runtime's
+    runtime = [r for r in requires if "extra ==" not in r.partition(";")[2]]
+    return dict(m.groups() for m in map(REQUIREMENT.match, runtime) if m)
 
 
 def python_and_packages() -> Finding:
