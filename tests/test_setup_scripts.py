@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -63,41 +64,66 @@ def test_the_demo_tree_copy_keeps_the_lock_across_runs_and_refreshes_the_rest(tm
         assert not (dest / "containers" / "stale.yaml").exists() and not (dest / "absent-part").exists()
 
 
-def documented_first_commands() -> list[tuple[str, str]]:
-    """The first command of every ``bash`` block of the README and of the documentation site's pages, with the page
-    and the heading it stands under (``README.md: Two commands``; the text before a ``&&`` or ``;`` and before a
-    comment)."""
+@dataclass(frozen=True)
+class DocumentedBlock:
+    """One ``bash`` block of the README or of a documentation page: where it stands and its commands as typed."""
+
+    where: str                 # the page and the heading it stands under (``README.md: Two commands``)
+    commands: tuple[str, ...]  # each command, split at ``&&`` and ``;``, its comment left out
+
+
+def documented_blocks() -> list[DocumentedBlock]:
+    """Every ``bash`` block of the README and of the documentation site's pages, in the order a reader meets them
+    (the README first), with every command of each."""
     found = []
     for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
-        heading, lines = "", page.read_text().splitlines()
-        for i, line in enumerate(lines):
-            if line.startswith("#"):
+        heading, block, lines = "", None, page.read_text().splitlines()
+        for line in lines:
+            if block is None and line.startswith("#"):
                 heading = line.lstrip("# ").strip()
-            if line.strip() == "```bash":
-                first = next(text for text in lines[i + 1:] if text.strip() and not text.lstrip().startswith("#"))
-                command = re.split(r"\s+#|&&|;", first)[0].strip()
-                found.append((f"{page.relative_to(REPO)}: {heading}", command))
+            elif block is None and line.strip() == "```bash":
+                block = []
+            elif block is not None and line.strip().startswith("```"):
+                found.append(DocumentedBlock(f"{page.relative_to(REPO)}: {heading}", tuple(block)))
+                block = None
+            elif block is not None:
+                typed = re.split(r"(?:^|\s)#", line)[0]
+                block += [part.strip() for part in re.split(r"&&|;", typed) if part.strip()]
     return found
 
 
-def as_checked(command: str) -> Optional[list[str]]:
-    """How the test runs a documented command: a dry run for Snakemake, ``--help`` for a long command, as written for
-    a short one; None for the two commands of the README's top (scripts/demo.sh and the suite run them)."""
-    words = shlex.split(command)
-    if words[0] == "bash" and words[1].startswith("scripts/"):
+PARSES = ("import sys; from hvdflow.cli import build_parser; "
+          "print('parsed:', build_parser().parse_args(sys.argv[1:]).func.__name__)")
+"""hvdflow's own parser over a documented command's words: every flag and choice exists (--help alone stops early)."""
+
+
+def as_checked(command: str) -> Optional[str]:
+    """The shell line the test runs for a documented command: a dry run for Snakemake; for hvdflow its words parsed by
+    hvdflow's parser, then ``--help``; ``--help`` for another long command; a short one as written; None for
+    ``bash scripts/…`` (the README's two commands: scripts/demo.sh and the suite run them) and for a Snakemake report,
+    which needs a finished run (scripts/demo.sh types it, tests/test_pipeline.py makes one)."""
+    line = re.sub(r"[\[\]]", "", command)   # `[--flag value]` marks an optional part
+    words = shlex.split(line)
+    assignments = [w for w in words if re.fullmatch(r"[A-Z_]+=\S*", w)]
+    program, args = words[len(assignments)], words[len(assignments) + 1:]
+    if program == "bash" and args[0].startswith("scripts/") or program == "snakemake" and "--report" in args:
         return None
-    if words[0] == "snakemake":
-        return [*words, "--dry-run"]
-    if words[0] in ("hvdflow", "python") or words[0].startswith("PYTHONPATH="):
-        return [*words, "--help"]
-    return words
+    if program == "snakemake":
+        return f"{line} --dry-run"
+    if program == "hvdflow":
+        return (f"python -c {shlex.quote(PARSES)} {' '.join(shlex.quote(w) for w in args)}\n"
+                f"{line} --help | grep '^usage: hvdflow {args[0]}' >/dev/null")
+    if program in ("python", "mkdocs") or program.endswith("/mkdocs"):
+        return f"{line} --help >/dev/null"
+    return line
 
 
-def test_every_documented_command_block_starts_with_a_command_that_works_as_typed(hpc_user: HpcUser,
-                                                                                  user_tmp: Path) -> None:
-    """Issue 30: `hvdflow rerun …` was `command not found` for the demo's user. As the suite's user, in a copy of the
-    checkout with the venv scripts/lib.sh made active, each block's first command of the README and of every page of
-    the documentation site runs (dry or --help where long)."""
+def test_every_documented_command_works_as_typed(hpc_user: HpcUser, user_tmp: Path) -> None:
+    """Issues 30 and 46: every command of every ``bash`` block of the README and of the documentation site runs as
+    the suite's user types it, in a copy of the checkout, one shell per block (so `export PATH` holds for the block):
+    the README's venv is made as it says and every later block runs with it on PATH; Snakemake dry, hvdflow's
+    commands parsed by hvdflow's parser and shown with --help, other long commands --help. `--profile cluster` is
+    the test bed's shipped profile, installed as the README says."""
     tree = user_tmp / "tree"   # the checkout's files, as a clone has them
     files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"], check=True,
                            capture_output=True, text=True).stdout.split("\0")
@@ -106,41 +132,41 @@ def test_every_documented_command_block_starts_with_a_command_that_works_as_type
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, tree / name)
     subprocess.run(["chown", "-R", f"{hpc_user.uid}:{hpc_user.gid}", str(tree)], check=True)
-    commands = documented_first_commands()
-    headings = {heading for heading, _ in commands}
+    blocks = documented_blocks()
+    headings = {block.where for block in blocks}
     assert {"README.md: On your cluster", "docs/tutorials/reruns.md: Rerunning a recorded run",
             "docs/tutorials/first-cluster.md: Your first cluster", "docs/tutorials/first-run.md: The pipeline",
-            "docs/tutorials/benchmarking.md: Benchmarking your cluster"} <= headings, commands
-    path = f"{hpc_user.venv}/bin:/usr/bin:/bin"
-    made = [hpc_user.home / "hvdflow-venv", hpc_user.home / "hvdflow-docs"]   # what commands make in the user's home
-    assert not any(p.exists() for p in made)
+            "docs/tutorials/benchmarking.md: Benchmarking your cluster"} <= headings, blocks
+    made = [hpc_user.home / "hvdflow-venv", hpc_user.home / "hvdflow-docs", hpc_user.home / ".config" / "snakemake"]
+    assert not any(p.exists() for p in made)   # what the commands make in the user's home
     checked = 0
     try:
-        checked = _run_each(commands, hpc_user, tree, path)
+        hpc_user.run([str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "profile", "install", "testbed",
+                      "--as", "cluster"], check=True, cwd=tree)
+        checked = _run_blocks(blocks, hpc_user, tree)
     finally:
         for p in made:
             shutil.rmtree(p, ignore_errors=True)
-    assert checked >= 12, commands
+    assert checked >= 35, blocks
     # the command is the checkout's own: outside any checkout it says what it looked for
+    path = f"{hpc_user.venv}/bin:/usr/bin:/bin"
     outside = hpc_user.run(["bash", "-c", "cd / && hvdflow --help"], extra_env={"PATH": path})
     assert outside.returncode == 2 and "no hvdflow checkout at or above /" in outside.stderr, outside.stderr
 
 
-def _run_each(commands: list[tuple[str, str]], hpc_user: HpcUser, tree: Path, path: str) -> int:
-    """Run each documented command as :func:`as_checked` says, as the user in ``tree``; how many ran."""
+def _run_blocks(blocks: list[DocumentedBlock], hpc_user: HpcUser, tree: Path) -> int:
+    """Run each block's commands as :func:`as_checked` says, as the user in ``tree``, one shell per block; how many
+    commands ran."""
     checked = 0
-    for heading, command in commands:
-        argv = as_checked(command)
-        if argv is None:
+    for block in blocks:
+        lines = [line for line in map(as_checked, block.commands) if line is not None]
+        if not lines:
             continue
-        assignments = [w for w in argv if re.fullmatch(r"[A-Z_]+=\S*", w)]
-        words = [re.sub(r"^~(?=/|$)", str(hpc_user.home), w) for w in argv[len(assignments):]]
-        proc = hpc_user.run(["bash", "-c", f"cd {shlex.quote(str(tree))} && {' '.join(assignments)} exec \"$@\"",
-                             "readme", *words], extra_env={"PATH": path, "VIRTUAL_ENV": str(hpc_user.venv),
-                                                        "HVDFLOW_REGISTRY": "http://127.0.0.1:5000"},
-                            timeout=600)
-        assert proc.returncode == 0, f"{heading}: {command!r} as {words}:\n{proc.stdout}\n{proc.stderr}"
-        if words[0] == "hvdflow":
-            assert proc.stdout.startswith(f"usage: hvdflow {words[1]}"), proc.stdout[:300]
-        checked += 1
+        script = "\n".join(["set -eo pipefail", "trap 'echo \"failed: $BASH_COMMAND\" >&2' ERR",
+                            f"cd {shlex.quote(str(tree))}", *lines])
+        proc = hpc_user.run(["bash", "-c", script],
+                            extra_env={"PATH": f"{hpc_user.home}/hvdflow-venv/bin:/usr/bin:/bin",
+                                       "HVDFLOW_REGISTRY": "http://127.0.0.1:5000"}, timeout=900)
+        assert proc.returncode == 0, f"{block.where}:\n{script}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        checked += len(lines)
     return checked

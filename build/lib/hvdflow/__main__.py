@@ -1,0 +1,7 @@
+"""``python -m hvdflow``."""
+
+import sys
+
+from hvdflow.cli import main
+
+sys.exit(main())

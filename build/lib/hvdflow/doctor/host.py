@@ -1,0 +1,246 @@
+"""The login node's checks of ``hvdflow doctor``: Python and hvdflow's pinned dependencies, udocker's directory, the
+proot engine (ptrace allowed, seccomp acceleration), user namespaces, each locked image at the registry (or loaded,
+with ``registry: none``), and Open MPI for ``launcher: mpi``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from hvdflow.config.profile import ClusterProfile
+from hvdflow.doctor.findings import Finding, failure, ok, warning
+from hvdflow.errors import HvdflowError, RegistryUnreachable
+from hvdflow.files.heartbeat import size_text
+from hvdflow.files.private import in_shared_place
+from hvdflow.images.build.rootless import rootless_problem
+from hvdflow.images.catalog import ImageSpec
+from hvdflow.images.lockfile import read_lock
+from hvdflow.images.modes import AUTO_MODE, RUNC_MODES
+from hvdflow.images.offline import NO_REGISTRY
+from hvdflow.images.pull import ContainerRecord
+from hvdflow.images.registry import resolve_manifest
+from hvdflow.images.runc_probe import probe_runc_mode
+from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
+from hvdflow.launch.runtime import image_store_of
+
+UDOCKER_FREE_WARNING = 10 * 1024 ** 3
+"""Free space below which the udocker directory gets a warning: an image is 1-3 GiB pulled, as much again created."""
+
+REQUIREMENT = re.compile(r'"?([A-Za-z0-9_.-]+)==([^";\s]+)')
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
+"""The checkout's pyproject.toml (where hvdflow runs from its checkout, as the rules do)."""
+
+
+def pinned_requirements() -> dict[str, str]:
+    """hvdflow's pinned runtime dependencies (name -> version): ``[project] dependencies`` of the checkout's
+    pyproject.toml, or the installed package's metadata."""
+    if PYPROJECT.exists():
+        text = PYPROJECT.read_text()
+        block = text[text.index("dependencies = ["):]
+        return dict(REQUIREMENT.findall(block[:block.index("]")]))
+    try:
+        requires = importlib.metadata.requires("hvdflow") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    # an installed hvdflow's metadata lists the test extra's pins too, marked `; extra == "test"`: not the runtime's
+    runtime = [r for r in requires if "extra ==" not in r.partition(";")[2]]
+    return dict(m.groups() for m in map(REQUIREMENT.match, runtime) if m)
+
+
+def python_and_packages() -> Finding:
+    """This Python and each pinned dependency installed at its pinned version (another version: a warning)."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    missing, other = [], []
+    pins = pinned_requirements()
+    if not pins:
+        return warning("python", f"Python {version} at {sys.executable}; hvdflow's pins not found (no {PYPROJECT}, "
+                       "hvdflow not installed)", "run hvdflow from its checkout, or install it: pip install .")
+    for name, pinned in pins.items():
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(f"{name}=={pinned}")
+            continue
+        if installed != pinned:
+            other.append(f"{name} {installed} (pinned {pinned})")
+    where = f"Python {version} at {sys.executable}"
+    if sys.version_info < (3, 9):
+        return failure("python", f"{where}: hvdflow needs 3.9 or newer", "run hvdflow from a Python 3.9+ venv")
+    if missing:
+        return failure("python", f"{where}: missing {', '.join(missing)}",
+                       "install hvdflow into this venv: pip install -c requirements/constraints.txt .")
+    if other:
+        return warning("python", f"{where}: {', '.join(other)}",
+                       "pip install -c requirements/constraints.txt . gives the versions hvdflow is tested with")
+    return ok("python", f"{where}, every pinned dependency at its version")
+
+
+def existing_parent(path: Path) -> Path:
+    """``path``, or its nearest folder that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def udocker_directory(profile: ClusterProfile) -> Finding:
+    """udocker's directory: writable (or creatable) by this user, free space, the user's alone in a shared place."""
+    where = profile.udocker_dir
+    base = existing_parent(where)
+    if not os.access(base, os.W_OK | os.X_OK):
+        return failure("udocker directory", f"{where}: {base} is not writable by this user",
+                       "set udocker_dir in the profile's hvdflow.yaml to a folder of yours that every node sees")
+    free = shutil.disk_usage(base).free
+    detail = f"{where} ({'exists' if where.exists() else 'will be made'}), {size_text(free)} free"
+    if where.exists() and in_shared_place(where) and where.stat().st_uid != os.getuid():
+        return failure("udocker directory", f"{detail}; it belongs to uid {where.stat().st_uid}",
+                       "choose a udocker_dir of your own: another user's folder would hold your images")
+    if free < UDOCKER_FREE_WARNING:
+        return warning("udocker directory", detail, f"free at least {size_text(UDOCKER_FREE_WARNING)} there, or move "
+                       "udocker_dir: each image takes 1-3 GiB pulled and as much again as a container")
+    return ok("udocker directory", detail)
+
+
+def seccomp_trace() -> Finding:
+    """Whether the kernel's seccomp can hand system calls to a tracer (``trace`` among its actions), which proot's
+    acceleration uses: without it every system call stops the process."""
+    actions = Path("/proc/sys/kernel/seccomp/actions_avail")
+    available = actions.read_text().split() if actions.exists() else []
+    if "trace" in available:
+        return ok("seccomp", "the kernel's seccomp offers trace: proot's acceleration works")
+    return warning("seccomp", f"{actions} lists {' '.join(available) or 'nothing'}: proot stops on every system call",
+                   "expect P1 to run like P2 here; runtime: native (a venv of the image's packages) avoids proot")
+
+
+def _proot_for(profile: ClusterProfile) -> Optional[Path]:
+    """The proot the profile runs: the host's, or the one a container in the udocker directory carries; None if
+    no container is there yet."""
+    if profile.proot == "host":
+        return HOST_PROOT
+    for container in sorted((profile.udocker_dir / "containers").glob("*")):
+        try:
+            return engine_binary(profile.udocker_dir, container.name, profile.proot)
+        except HvdflowError:
+            continue
+    return None
+
+
+def proot_runs(profile: ClusterProfile) -> Finding:
+    """The profile's proot runs a command here (ptrace is allowed: some sites forbid it)."""
+    if profile.runtime != "udocker":
+        return ok("proot", f"not used (runtime: {profile.runtime})")
+    proot = _proot_for(profile)
+    if proot is None:
+        return warning("proot", "no image is pulled yet, so the image's proot cannot be tried",
+                       "run the workflow once (it pulls the images), then run hvdflow doctor again")
+    if not proot.exists():
+        return failure("proot", f"{proot} is missing (profile proot: {profile.proot})",
+                       "set proot: image in the profile's hvdflow.yaml (the image carries one)")
+    proc = subprocess.run([str(proot), "-r", "/", "/bin/true"], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+        said = f" (kernel.yama.ptrace_scope = {scope.read_text().strip()})" if scope.exists() else ""
+        return failure("proot", f"{proot} -r / /bin/true exited {proc.returncode}{said}: "
+                       f"{(proc.stderr or proc.stdout).strip()[-300:]}",
+                       "proot needs ptrace: ask the site for ptrace_scope 0 or 1, or use runtime: native")
+    return ok("proot", f"{proot} runs commands (ptrace allowed)")
+
+
+def user_namespaces(execmode: Optional[str]) -> Finding:
+    """Whether udocker's runc mode (R1) can run here: user namespaces for this user and runc (rootless image builds
+    need the namespaces too); a failure where the profile's ``execmode`` is R1, else a warning (``auto`` runs P1
+    where R1 cannot run)."""
+    probe = probe_runc_mode()
+    problem = probe.problem("R1")
+    if problem is not None:
+        if execmode in RUNC_MODES:
+            return failure("user namespaces and runc", problem, "set execmode: auto or P1 in the profile's hvdflow.yaml")
+        if execmode == AUTO_MODE:
+            return warning("user namespaces and runc", f"{probe.cause()}: execmode auto runs P1 (proot) here",
+                           "P1 runs slower than R1 (docs/measurements.md); ask the site for user namespaces and runc")
+        return warning("user namespaces and runc", problem, "P1 (proot) needs neither")
+    chooses = "execmode auto runs R1 here" if execmode == AUTO_MODE else "execmode R1 can run here"
+    return ok("user namespaces and runc", f"allowed (max_user_namespaces = {probe.max_user_namespaces}); runc: "
+              f"{probe.runc}: {chooses}")
+
+
+def image_builds() -> Finding:
+    """Whether this user can build hvdflow's images here: as root, or without root in a user namespace."""
+    if os.geteuid() == 0:
+        return ok("image builds", "as root (mmdebstrap, chroot)")
+    problem = rootless_problem()
+    if problem is not None:
+        return warning("image builds", f"not without root here: {problem[0]}", problem[1])
+    return ok("image builds", "without root: in a user namespace holding this user's subordinate ids, mmdebstrap in "
+              "its unshare mode")
+
+
+def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], lock_path: Path,
+                     wanted: Sequence[str]) -> list[Finding]:
+    """Each image the config uses: its locked digest served by its registry, or loaded (its layers hashed again)
+    where ``registry: none``; an image not pinned yet at least has its tag at the registry."""
+    lock = read_lock(lock_path)
+    findings = []
+    for name in wanted:
+        spec, entry = catalog[name], lock.get(name)
+        check = f"image {name}"
+        if profile.registry == NO_REGISTRY:
+            try:
+                manifest = image_store_of(profile).loaded(spec, lock_path)
+            except HvdflowError as exc:
+                findings.append(failure(check, str(exc), f"hvdflow image load {name} ARCHIVE"))
+            else:
+                findings.append(ok(check, f"{spec.repository}@{manifest.digest} loaded in {profile.udocker_dir}"))
+            continue
+        url = spec.registry_url(profile.registry)
+        reference = entry.digest if entry is not None else spec.tag
+        try:
+            manifest = resolve_manifest(url, spec.repository, reference, timeout=15, credentials=spec.credentials())
+        except HvdflowError as exc:
+            pinned = _pinned(profile, spec, lock_path) if isinstance(exc, RegistryUnreachable) else None
+            if pinned is not None:
+                findings.append(warning(check, f"{exc}; the pipeline uses container {pinned.container}, made from the "
+                                        f"pinned digest {pinned.digest}", "nothing, to run what is pinned; to pull "
+                                        "another image, reach the registry (HVDFLOW_REGISTRY)"))
+                continue
+            findings.append(failure(check, str(exc), "start or reach the registry, or name the one that serves it (the "
+                                    "profile's registry, HVDFLOW_REGISTRY); with none: registry: none and "
+                                    f"`hvdflow image load {name} ARCHIVE`"))
+            continue
+        pinned = "the locked digest" if entry is not None else "not pinned yet (the first pull pins it)"
+        findings.append(ok(check, f"{url} serves {spec.repository}@{manifest.digest}, {pinned}"))
+    return findings
+
+
+def _pinned(profile: ClusterProfile, spec: ImageSpec, lock_path: Path) -> Optional[ContainerRecord]:
+    """The container the pipeline's pull falls back on where no registry answers, if there is one."""
+    try:
+        store = image_store_of(profile)
+    except HvdflowError:
+        return None
+    return store.pinned(spec, lock_path, profile.execmode)
+
+
+def open_mpi(profile: ClusterProfile, specs: Sequence[ImageSpec]) -> Optional[Finding]:
+    """For ``launcher: mpi``: the host's Open MPI against the images' (the same major.minor, or mpirun cannot start
+    the image's ranks); None for other launchers."""
+    if profile.launcher != "mpi":
+        return None
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        return failure("open mpi", "launcher mpi but no mpirun on PATH",
+                       "load the site's Open MPI module (the images' version) or set launcher: gloo")
+    shown = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30).stdout
+    found = re.search(r"Open MPI\)?\s+(\d+\.\d+)(\.\d+)?", shown)
+    host = found.group(1) + (found.group(2) or "") if found else "unknown"
+    wanted = {s.mpi.removeprefix("openmpi-") for s in specs if s.mpi.startswith("openmpi-")}
+    differs = sorted(v for v in wanted if v.split(".")[:2] != host.split(".")[:2])
+    if not found or differs:
+        return warning("open mpi", f"host mpirun {host} at {mpirun}; the images have {', '.join(sorted(wanted))}",
+                       "load the Open MPI the images have, or set launcher: gloo")
+    return ok("open mpi", f"host mpirun {host}, as the images'")
