@@ -177,6 +177,20 @@ def test_two_tasks_meet_in_a_folder_and_the_listener_names_the_interfaces_reache
     assert (tmp_path / meeting.LISTENING).exists() and (tmp_path / meeting.DONE).read_text() == met.peer
 
 
+def test_the_registry_is_the_flag_or_the_users_variable_and_neither_is_refused_naming_both() -> None:
+    # a new user following the README ran site new before setting a registry: the profile then read an unset
+    # variable and its own doctor failed on it (benchmarks/new_user.sh, issue 46)
+    assert choices.registry("http://reg:5000", {}) == Chosen("http://reg:5000", "--registry; the login node reaches "
+                                                                                "it (pulls run there)")
+    assert choices.registry("none", {"HVDFLOW_REGISTRY": "http://x"}).value == "none"
+    chosen = choices.registry(None, {"HVDFLOW_REGISTRY": "http://reg:5000"})
+    assert chosen.value == "${HVDFLOW_REGISTRY}" and "now http://reg:5000" in chosen.said
+    for environ in ({}, {"HVDFLOW_REGISTRY": ""}):
+        with pytest.raises(SiteError, match=r"no --registry given and \$HVDFLOW_REGISTRY is not set: give --registry "
+                                            r"URL .* or --registry none"):
+            choices.registry(None, environ)
+
+
 def test_the_probes_line_reads_back_and_a_malformed_one_is_named() -> None:
     facts = _facts(ScratchCandidate("/local", "/local", True, 5, True, "writable"),
                    interfaces=(Interface("ib0", "10.1.0.42", 200000),))
@@ -191,7 +205,8 @@ def _site(name: str, kind: Chosen) -> SiteProfile:
     return SiteProfile(
         name=name, header="on a day from sinfo", account=Chosen(None, "none listed"), partition=Chosen("cpu", "s"),
         partition_runtime=60, train_partition=Chosen("gpu", "s"), train_runtime=Chosen("240", "s"),
-        train_mem_mb=Chosen("460800", "s"), train_cpus_per_task=Chosen("16", "s"), registry="http://reg:5000",
+        train_mem_mb=Chosen("460800", "s"), train_cpus_per_task=Chosen("16", "s"),
+        registry=Chosen("http://reg:5000", "--registry"),
         execmode=Chosen("auto", "s"), network_interface=Chosen("ib0", "s"), scratch_dir=Chosen("/local", "s"),
         gpus_per_node=Chosen("4", said.said), gpu_type=kind)
 

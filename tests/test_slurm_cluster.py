@@ -350,6 +350,7 @@ def test_site_new_writes_a_profile_of_another_partition_gpu_type_and_account_tha
     assert settings["slurm"] == {"scratch_dir": "$TMPDIR", "gpus_per_node": 2, "gpu_type": "a100",
                                  "signal_grace_seconds": 120}, settings
     assert (settings["network_interface"], settings["execmode"]) == (tc.FAST_INTERFACE, "auto"), settings
+    assert settings["registry"] == "${HVDFLOW_REGISTRY}", settings  # the user's variable, read each run
     resources = yaml.safe_load((pipeline.root / "profiles/other/config.yaml").read_text())
     assert resources["default-resources"]["slurm_account"] == "proj-b"
     assert resources["set-resources"]["train"]["slurm_partition"] == tc.OTHER_PARTITION
@@ -399,9 +400,13 @@ def test_site_new_refuses_a_gpu_type_no_node_has_and_asks_on_a_terminal(cluster:
                                                                         user_tmp: Path) -> None:
     _user_accounts(cluster, hpc_user.name)
     tree = hpc_user.mkdir(user_tmp / "tree")
+    site_new = [str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "site", "new"]
+    # no registry given and none in the environment: refused before Slurm is asked anything
+    refused = hpc_user.run([*site_new, "wrong", "--no-doctor"], cwd=tree)
+    assert refused.returncode == 1 and "no --registry given and $HVDFLOW_REGISTRY is not set" in refused.stderr
+    assert "partition" not in refused.stderr and not (tree / "profiles").exists(), refused.stderr
     # without a terminal nothing is asked (stdin is /dev/null here): the defaults are taken and said
-    refused = hpc_user.run([str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "site", "new", "wrong",
-                            "--gpu-type=v100", "--no-doctor"], cwd=tree)
+    refused = hpc_user.run([*site_new, "wrong", "--gpu-type=v100", "--no-doctor", "--registry=none"], cwd=tree)
     assert refused.returncode == 1, refused.stderr
     assert "--gpu-type v100: no node of debug has it; its GPUs: up, 2 nodes, gpu:a100:2 on 2 nodes, gpu:h100:2 on 2 " \
            "nodes" in refused.stderr, refused.stderr
@@ -409,13 +414,14 @@ def test_site_new_refuses_a_gpu_type_no_node_has_and_asks_on_a_terminal(cluster:
     assert not (tree / "profiles").exists() or not list((tree / "profiles").iterdir())
     # on a terminal: the partition, the GPU type and the account are asked, the defaults marked
     answers = {"the training partition [": "2", "the GPU type in accel [": "", "the account [": "proj-b"}
-    seen, status = run_in_pty(hpc_user, [str(hpc_user.venv / "bin" / "python"), "-m", "hvdflow", "site", "new",
-                                         "asked", "--no-doctor"], tree, answers)
+    seen, status = run_in_pty(hpc_user, [*site_new, "asked", "--no-doctor", "--registry=http://127.0.0.1:5000"],
+                              tree, answers)
     assert status == 0, seen[-4000:]
     assert "1) debug: " in seen and "[default]" in seen and "2) accel: " in seen, seen[-4000:]
     assert "1) any: any type, up to 4 per node  [default]" in seen and "2) a100: 2 per node on 2 nodes" in seen
     settings = yaml.safe_load((tree / "profiles/asked/hvdflow.yaml").read_text())
     assert settings["slurm"]["gpus_per_node"] == 4 and "gpu_type" not in settings["slurm"], settings
+    assert settings["registry"] == "http://127.0.0.1:5000", settings
     resources = yaml.safe_load((tree / "profiles/asked/config.yaml").read_text())
     assert resources["default-resources"]["slurm_account"] == "proj-b"
     assert resources["set-resources"]["train"]["slurm_partition"] == tc.OTHER_PARTITION

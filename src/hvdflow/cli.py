@@ -446,8 +446,8 @@ def _site_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     new.add_argument("--scratch", help="the node-local scratch directory (default: the first node-local one of "
                      "$TMPDIR, /local, /scratch/local, /localscratch, /lscratch, /tmp)")
     new.add_argument("--interface", help="the ranks' network interface (default: ib*/hsn* before the fastest other)")
-    new.add_argument("--registry", default="${HVDFLOW_REGISTRY}", help="the images' registry, or none (default: "
-                     "${HVDFLOW_REGISTRY}, read when the profile runs)")
+    new.add_argument("--registry", default=None, help="the images' registry URL, or none: images built or loaded "
+                     "from an archive (default: $HVDFLOW_REGISTRY, written as ${HVDFLOW_REGISTRY}: read each run)")
     new.add_argument("--yes", action="store_true", help="ask nothing: take each default (also without a terminal)")
     new.add_argument("--force", action="store_true", help="replace profiles/NAME/ if it exists")
     new.add_argument("--no-doctor", action="store_true", help="do not run hvdflow doctor with the new profile")

@@ -6,7 +6,7 @@ real choice left open is asked (:class:`~hvdflow.site.ask.Asker`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional
 
 from hvdflow.errors import HvdflowError
 from hvdflow.site.ask import Asker, Option
@@ -29,6 +29,26 @@ class Chosen:
 
     value: Optional[str]
     said: str
+
+
+REGISTRY_VARIABLE = "${HVDFLOW_REGISTRY}"
+"""The profile's registry where the user's environment names it: read each time the profile runs."""
+
+
+def registry(given: Optional[str], environ: Mapping[str, str]) -> Chosen:
+    """Where the profile's images come from: ``--registry`` (a URL, or ``none``: images built or loaded from an
+    archive), else ``$HVDFLOW_REGISTRY`` as set now; SiteError where neither is (the profile would fail its first
+    check, and the README's image step needs one of them)."""
+    if given == "none":
+        return Chosen("none", "--registry none: images built or loaded from an archive (hvdflow image load)")
+    if given:
+        return Chosen(given, "--registry; the login node reaches it (pulls run there)")
+    if environ.get("HVDFLOW_REGISTRY"):
+        return Chosen(REGISTRY_VARIABLE, f"$HVDFLOW_REGISTRY, now {environ['HVDFLOW_REGISTRY']}: read each run; "
+                      "the login node reaches it")
+    raise SiteError("the images' registry: no --registry given and $HVDFLOW_REGISTRY is not set: give --registry "
+                    "URL (where your site serves hvdflow's images; or export HVDFLOW_REGISTRY=URL) or --registry none "
+                    "(images built or loaded from an archive: hvdflow image load)")
 
 
 def _describe(part: Partition) -> str:

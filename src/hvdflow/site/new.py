@@ -52,7 +52,7 @@ class SiteRequest:
     gpus_per_node: Optional[int] = None
     scratch: Optional[str] = None
     interface: Optional[str] = None
-    registry: str = "${HVDFLOW_REGISTRY}"
+    registry: Optional[str] = None
     force: bool = False
     wait: float = 600.0
 
@@ -123,6 +123,7 @@ def _execmode(facts: NodeFacts) -> Chosen:
 
 def choose(request: SiteRequest, asker: Asker, say: Callable[[str], None]) -> SiteProfile:
     """Every value of the new profile, from the cluster and the user's answers; SiteError naming a wrong one."""
+    images = choices.registry(request.registry, os.environ)
     config = cluster_info.controller_config()
     parts = cluster_info.partitions()
     known = cluster_info.accounts()
@@ -153,7 +154,7 @@ def choose(request: SiteRequest, asker: Asker, say: Callable[[str], None]) -> Si
         train_mem_mb=Chosen(str(int(train.memory_mb * NODE_MEMORY_SHARE)),
                             f"per node: {int(NODE_MEMORY_SHARE * 100)} % of sinfo's {train.memory_mb} MB"),
         train_cpus_per_task=Chosen(str(cpus), f"per rank: {train.cpus_per_node} cores / {gpus or 1} ranks per node"),
-        registry=request.registry,
+        registry=images,
         execmode=_execmode(facts),
         network_interface=choices.network_interface(facts, request.interface),
         scratch_dir=choices.scratch(facts, request.scratch),
@@ -164,20 +165,6 @@ def choose(request: SiteRequest, asker: Asker, say: Callable[[str], None]) -> Si
     )
 
 
-@contextmanager
-def _registry_variable() -> Iterator[None]:
-    """``$HVDFLOW_REGISTRY`` set while the new profile is checked, where the user has not set it yet (the profile
-    reads it when it runs)."""
-    if os.environ.get("HVDFLOW_REGISTRY"):
-        yield
-        return
-    os.environ["HVDFLOW_REGISTRY"] = "http://registry.invalid"
-    try:
-        yield
-    finally:
-        del os.environ["HVDFLOW_REGISTRY"]
-
-
 def write_profile(site: SiteProfile, target: Path, force: bool) -> None:
     """Write the profile's two files into ``target``, checked by hvdflow's profile loader before they are moved
     into place (an existing ``target`` is replaced only with ``force``)."""
@@ -186,8 +173,7 @@ def write_profile(site: SiteProfile, target: Path, force: bool) -> None:
     try:
         (staging / "config.yaml").write_text(config_yaml(site))
         (staging / "hvdflow.yaml").write_text(hvdflow_yaml(site))
-        with _registry_variable():
-            load_profile(staging / "hvdflow.yaml")
+        load_profile(staging / "hvdflow.yaml")
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

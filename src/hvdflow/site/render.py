@@ -26,7 +26,7 @@ class SiteProfile:
     train_runtime: Chosen
     train_mem_mb: Chosen
     train_cpus_per_task: Chosen
-    registry: str
+    registry: Chosen
     execmode: Chosen
     network_interface: Chosen
     scratch_dir: Chosen
@@ -86,7 +86,7 @@ def config_yaml(site: SiteProfile) -> str:
 def hvdflow_yaml(site: SiteProfile) -> str:
     """hvdflow's settings of the cluster (checked by :mod:`hvdflow.config.profile`)."""
     lines = _header(site, "hvdflow's settings") + [
-        _line(0, "registry", site.registry, "the registry the login node reaches (pulls run there)"),
+        _line(0, "registry", site.registry.value, site.registry.said),
         _line(0, "runtime", "udocker", "no root, no admin"),
         _line(0, "execmode", site.execmode.value, site.execmode.said),
         _line(0, "proot", "image", "the image's seccomp-accelerated proot"),
