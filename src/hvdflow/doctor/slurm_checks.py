@@ -85,15 +85,8 @@ def _nodes(title: str, nodes: str, limit: str) -> Finding:
     return ok("partition", f"{title}: up, {nodes} nodes ({said or 'states not listed'}), time limit {limit}")
 
 
-def gres_text(part: Partition) -> str:
-    """The partition's GPUs as a reader wants them: ``gpu:a100:4 on 2 nodes, gpu:h100:2 on 1 node``."""
-    kinds = part.gpu_types()
-    return ", ".join(f"gpu:{kind + ':' if kind else ''}{most} on {nodes} node{'s' if nodes != 1 else ''}"
-                     for kind, (most, nodes) in kinds.items()) or "no GPUs"
-
-
 def _gres(part: Partition, wanted: int, gpu_type: str | None) -> Finding:
-    title, said = part.name, gres_text(part)
+    title, said = part.name, part.gres_text()
     if wanted == 0:
         return ok("gpus", f"the profile counts no GPUs (gpus_per_node: 0); {title}'s nodes: {said}")
     kinds = part.gpu_types()

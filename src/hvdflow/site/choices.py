@@ -52,10 +52,7 @@ def registry(given: Optional[str], environ: Mapping[str, str]) -> Chosen:
 
 
 def _describe(part: Partition) -> str:
-    kinds = part.gpu_types()
-    gpus = ", ".join(f"gpu:{kind + ':' if kind else ''}{most} on {nodes} node{'s' if nodes != 1 else ''}"
-                     for kind, (most, nodes) in kinds.items()) or "no GPUs"
-    return f"{part.available}, {part.nodes} nodes, {gpus}, limit {part.time_limit}"
+    return f"{part.available}, {part.nodes} nodes, {part.gres_text()}, limit {part.time_limit}"
 
 
 def _named(parts: list[Partition], name: str, flag: str) -> Partition:

@@ -111,6 +111,11 @@ class Partition:
                 seen[kind] = (max(most, count), nodes + group.nodes)
         return seen
 
+    def gres_text(self) -> str:
+        """The partition's GPUs as a reader wants them: ``gpu:a100:4 on 2 nodes, gpu:h100:2 on 1 node``."""
+        return ", ".join(f"gpu:{kind + ':' if kind else ''}{most} on {nodes} node{'s' if nodes != 1 else ''}"
+                         for kind, (most, nodes) in self.gpu_types().items()) or "no GPUs"
+
     def gpus_per_node(self, gpu_type: Optional[str] = None) -> int:
         """The most GPUs (of ``gpu_type``; None: of any type, all types of a node together) one node has."""
         if gpu_type is None:
