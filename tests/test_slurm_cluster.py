@@ -620,10 +620,14 @@ def test_the_snakemakes_of_a_job_end_after_killwait_once_slurm_has_ended_their_b
     script.chmod(0o755)
     job = hpc_user.run(["sbatch", "--parsable", "-o", str(folder / "job.log"), str(script)], check=True).stdout.strip()
     pythons = str(folder / "job.py")
-    deadline = time.monotonic() + 60
-    while len(processes_naming(folder)) < 3 and time.monotonic() < deadline:  # python, sh -c, python (Slurm runs
-        time.sleep(0.5)                                                         # its own copy of job.sh)
-    assert len(processes_naming(folder)) == 3, (processes_naming(folder), (folder / "job.log").read_text())
+    log_file, deadline = folder / "job.log", time.monotonic() + 60
+
+    def started() -> bool:  # python, sh -c, python (Slurm runs its own copy of job.sh), each Python's handler set (it
+        # prints "watching" after): a SIGTERM before that ended the second one under load (a failure at d51c665)
+        return len(processes_naming(folder)) == 3 and log_file.exists() and log_file.read_text().count("watching ") == 2
+    while not started() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert started(), (processes_naming(folder), log_file.read_text() if log_file.exists() else "no log")
     hpc_user.run(["scancel", job], check=True)
     cancelled = time.monotonic()
     time.sleep(5 + 3)  # past the test bed's KillWait: Slurm has done all it does
