@@ -1,1 +1,0 @@
-"""Building hvdflow's own images from recipes, offline: Debian's packages (mmdebstrap) and PyPI's wheels only."""
