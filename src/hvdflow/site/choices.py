@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from hvdflow.errors import HvdflowError
+from hvdflow.images.offline import NO_REGISTRY
 from hvdflow.site.ask import Asker, Option
 from hvdflow.site.node_probe import Interface, NodeFacts
 from hvdflow.slurm.cluster_info import Accounts, Partition
@@ -39,8 +40,8 @@ def registry(given: Optional[str], environ: Mapping[str, str]) -> Chosen:
     """Where the profile's images come from: ``--registry`` (a URL, or ``none``: images built or loaded from an
     archive), else ``$HVDFLOW_REGISTRY`` as set now; SiteError where neither is (the profile would fail its first
     check, and the README's image step needs one of them)."""
-    if given == "none":
-        return Chosen("none", "--registry none: images built or loaded from an archive (hvdflow image load)")
+    if given == NO_REGISTRY:
+        return Chosen(NO_REGISTRY, "--registry none: images built or loaded from an archive (hvdflow image load)")
     if given:
         return Chosen(given, "--registry; the login node reaches it (pulls run there)")
     if environ.get("HVDFLOW_REGISTRY"):
