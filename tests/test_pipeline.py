@@ -310,8 +310,12 @@ def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_
         # each rank ran in the mode its runtime names (native: outside udocker)
         measured = pipeline.json(f"results/benchmark/measurements/mlp-r2-n1-{runtime}-0.json")
         assert [r["execmode"] for r in measured["per_rank"]] == [runtime_kind(runtime)[1]] * 2, measured["per_rank"]
-        # 20 steps of the MLP are milliseconds: a longer pass was timed, until it lasted min_seconds (1 here)
-        assert measured["measured_seconds"] >= 1 and measured["steps"] > 20, (measured["steps"], runtime)
+        # every timed window lasted min_seconds (1 here): the 20 steps, or a longer pass where they were shorter
+        assert measured["measured_seconds"] >= 1 and measured["steps"] >= 20, (measured["steps"], runtime)
+    # 20 steps of the MLP outside proot are milliseconds: native timed a longer pass (under P1 on a loaded machine
+    # 20 steps of two ranks took 1.12 s, enough alone: CI, 62d2007)
+    native = pipeline.json("results/benchmark/measurements/mlp-r1-n1-native-0.json")
+    assert native["measured_seconds"] >= 1 and native["steps"] > 20, native["steps"]
     # each rank of a 2-rank measurement owns its own core and runs one thread: the local launcher's binding
     measured = pipeline.json("results/benchmark/measurements/mlp-r2-n1-udocker-P1-0.json")
     assert measured["ranks"] == 2 and measured["threads"] == 1 and measured["tensorflow"] == "2.15.1"
