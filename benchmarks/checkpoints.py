@@ -31,9 +31,9 @@ from typing import Any
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
 from hvdflow.errors import RunStopped
-from hvdflow.launch.runtime import Runtime, runtime_for
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
+from hvdflow.runtime import Runtime, runtime_for
 
 SAVED = re.compile(r"hvdflow: checkpoint \S+ saved at .*, (\d+) bytes in ([\d.]+) s")
 
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
     parser.add_argument("--profile", type=Path, default=Path("profiles/local/hvdflow.yaml"))
     args = parser.parse_args()
-    runtime = runtime_for(load_profile(args.profile), args.image_record, args.catalog)
+    runtime = runtime_for(load_profile(args.profile).runtime, args.image_record, args.catalog)
     dataset = args.dataset.resolve()
     rows: dict[str, list[dict[str, float]]] = {model: [] for model in args.models}
     print(f"{'model':10} {'rep':>3} {'ckpt bytes':>10} {'save s':>7} {'overhead':>8} {'wall every/end':>14} "

@@ -33,10 +33,10 @@ from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
 from hvdflow.errors import LaunchError
 from hvdflow.launch.elastic import ElasticSettings, read_events, timeline
-from hvdflow.launch.runtime import Runtime, runtime_for
 from hvdflow.pipeline.plots import plot_membership
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
+from hvdflow.runtime import Runtime, runtime_for
 
 KILL = "1:3.3:kill:once"
 """Rank 1, after step 3 of epoch 3: 3 steps of work since epoch 2's end (the checkpoint and the elastic commit)."""
@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=Path("profiles/local/hvdflow.yaml"))
     parser.add_argument("--figure", type=Path, help="draw the last elastic run's membership here (PNG)")
     args = parser.parse_args()
-    runtime = runtime_for(load_profile(args.profile), args.image_record, args.catalog)
+    runtime = runtime_for(load_profile(args.profile).runtime, args.image_record, args.catalog)
     dataset = args.dataset.resolve()
     spec = TrainSpec(ranks=3, model="mlp", hidden_units=64, epochs=args.epochs, batch_size=32, learning_rate=0.01,
                      momentum=0.9, warmup_epochs=1, seed=1234)

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from dataset_files import BANDS, write_ben_v1  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.config.profile import load_profile  # noqa: E402
-from hvdflow.launch.runtime import runtime_for  # noqa: E402
 from hvdflow.launch.supervise import run_one  # noqa: E402
 from hvdflow.pipeline.stages import gather_dataset, list_dataset, prepare_chunk, train  # noqa: E402
+from hvdflow.runtime import runtime_for  # noqa: E402
 
 
 def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, log: Path) -> tuple[float, list[dict]]:  # type: ignore[no-untyped-def,type-arg]
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
     args = parser.parse_args()
     profile = load_profile(args.profile)
-    runtime = runtime_for(profile, args.image_record, args.catalog)
+    runtime = runtime_for(profile.runtime, args.image_record, args.catalog)
     with tempfile.TemporaryDirectory(prefix="hvdflow-bench-", dir=Path.cwd()) as tmp:
         base = Path(tmp)
         raw = write_ben_v1(base / "raw", args.patches)

@@ -33,8 +33,8 @@ from typing import Callable
 
 from hvdflow.config.profile import load_profile
 from hvdflow.images.udocker import run_argv
-from hvdflow.launch.runtime import Runtime, runtime_for
-from hvdflow.launch.runtime.udocker import UdockerRuntime
+from hvdflow.runtime import Runtime, runtime_for
+from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
 IMPORT = "import tensorflow, horovod.tensorflow"
 
@@ -81,11 +81,11 @@ def main() -> None:
     profile = load_profile(args.profile)
     modes: dict[str, dict[str, Callable[[], float]]] = {}
     for mode in ("P1", "R1"):
-        runtime = runtime_for(profile, args.image_record, args.catalog, mode)
+        runtime = runtime_for(profile.runtime, args.image_record, args.catalog, mode)
         assert isinstance(runtime, UdockerRuntime)
         modes[mode] = udocker_layers(runtime, mode)
     if args.native is not None:
-        modes["native"] = native_layers(runtime_for(load_profile(args.native), args.image_record, args.catalog))
+        modes["native"] = native_layers(runtime_for(load_profile(args.native).runtime, args.image_record, args.catalog))
     samples: dict[tuple[str, str], list[float]] = {}
     for rep in range(args.reps + 1):  # rep 0 warms the page cache and the containers; not counted
         for mode, layers in modes.items():

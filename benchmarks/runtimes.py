@@ -22,9 +22,9 @@ from pathlib import Path
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import load_profile
 from hvdflow.images.catalog import PROOT_ENGINES
-from hvdflow.launch.runtime import runtime_for
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
+from hvdflow.runtime import runtime_for
 
 
 def main() -> None:
@@ -42,9 +42,10 @@ def main() -> None:
     spec = TrainSpec(ranks=args.ranks, model="mlp", hidden_units=64, epochs=args.epochs, batch_size=32,
                      learning_rate=0.01, momentum=0.9, warmup_epochs=1, seed=1234)
     udocker, native = (load_profile(p) for p in args.profiles)
-    runtimes = {f"{engine}-proot": runtime_for(replace(udocker, proot=engine), args.image_record, args.catalog)
+    runtimes = {f"{engine}-proot": runtime_for(replace(udocker.runtime, options=replace(udocker.runtime.options, proot=engine)),
+                                               args.image_record, args.catalog)
                 for engine in PROOT_ENGINES}
-    runtimes["native"] = runtime_for(native, args.image_record, args.catalog)
+    runtimes["native"] = runtime_for(native.runtime, args.image_record, args.catalog)
     rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in runtimes}
     print(f"{'runtime':11} {'rep':>3} {'wall s':>8} {'epoch 1 s':>10} {'median epoch 2+ s':>18}  weights")
     with tempfile.TemporaryDirectory(prefix="hvdflow-bench-") as tmp:

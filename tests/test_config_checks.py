@@ -42,7 +42,7 @@ def experiment(**keys: Any) -> dict[str, Any]:
 
 def profile(tmp_path: Path, launcher: str = "gloo", gpus_per_node: Optional[int] = None) -> ClusterProfile:
     """A profile of this machine, or of a Slurm cluster with ``gpus_per_node`` GPUs on each node."""
-    lines = ["registry: http://127.0.0.1:5000", "runtime: udocker", f"launcher: {launcher}"]
+    lines = ["registry: http://127.0.0.1:5000", "runtime: {kind: udocker}", f"launcher: {launcher}"]
     if gpus_per_node is not None:
         lines += ["scheduler: slurm", f"slurm: {{scratch_dir: /tmp, gpus_per_node: {gpus_per_node}}}"]
     path = tmp_path / "hvdflow.yaml"
@@ -186,7 +186,7 @@ def test_the_benchmark_is_none_without_its_section_and_its_spec_with_it(tmp_path
      "benchmark.image: 'preparer' is not an image of the catalogue containers/catalog.yaml that trains (cpu, trainer)"),
     ({"runtimes": ["udocker-P1", "udocker-R1", "native"]}, None,
      "benchmark.runtimes: udocker-R1 runs udocker's R1 container, which execmode P1 does not make (profile {path}): "
-     "set execmode: auto or R1 there"),
+     "set runtime.execmode: auto or R1 there"),
 ])
 def test_a_bad_benchmark_is_named(tmp_path: Path, keys: dict[str, Any], gpus_per_node: Optional[int],
                                   message: str) -> None:

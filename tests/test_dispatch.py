@@ -16,7 +16,7 @@ from hvdflow.images.udocker import Udocker
 from hvdflow.launch.cpus import local_plan
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.request import ElasticLaunch, ElasticSettings, LaunchRequest
-from hvdflow.launch.runtime.udocker import UdockerRuntime
+from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
 CLUSTER = SlurmCluster("/scratch", 0, "lo")
 ELASTIC = ElasticLaunch(ElasticSettings(1, 2), 2)

@@ -107,7 +107,7 @@ def test_the_profile_accepts_exactly_the_schemas_keys_and_the_shipped_profiles_m
     top = set(SCHEMA["properties"])
     with pytest.raises(ConfigError, match=r"unknown key\(s\) colour; valid keys: (\w+, )+\w+$") as refused:
         bad = tmp_path / "hvdflow.yaml"
-        bad.write_text("registry: none\nruntime: udocker\nlauncher: gloo\ncolour: red\n")
+        bad.write_text("registry: none\nruntime: {kind: udocker}\nlauncher: gloo\ncolour: red\n")
         load_profile(bad)
     assert set(str(refused.value).split("valid keys: ")[1].split(", ")) == top
     # every shipped profile, its ${VARIABLE:-default}s taken at their defaults, is what the schema describes

@@ -51,8 +51,9 @@ def _tree(root: Path, tiny_repo: TinyRepo, registry_url: str, profile_extra: str
     site = root / "profiles" / "site"
     site.mkdir(parents=True)
     (site / "config.yaml").write_text("cores: 2\nconfig:\n  - hvdflow_profile=profiles/site/hvdflow.yaml\n")
-    (site / "hvdflow.yaml").write_text(f"registry: {registry_url}\nruntime: udocker\nexecmode: P1\nlauncher: gloo\n"
-                                       f"udocker_dir: {root / 'udocker'}\n{profile_extra}")
+    (site / "hvdflow.yaml").write_text(f"registry: {registry_url}\nlauncher: gloo\n"
+                                       f"runtime: {{kind: udocker, execmode: P1, udocker_dir: {root / 'udocker'}}}\n"
+                                       f"{profile_extra}")
     return root
 
 
@@ -60,6 +61,7 @@ def _doctor(root: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], d
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.run([sys.executable, "-m", "hvdflow", "doctor", "--json", *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300)
+    assert proc.stdout.startswith("{"), proc.stderr[-3000:]  # a report, not a crash
     return proc, json.loads(proc.stdout)
 
 
@@ -128,7 +130,7 @@ def test_the_train_rules_slurm_resources_come_from_set_resources_before_default_
     shutil_profile = tmp_path / "profiles" / "c"
     shutil_profile.mkdir(parents=True)
     (shutil_profile / "hvdflow.yaml").write_text(
-        "registry: none\nruntime: udocker\nlauncher: gloo\nscheduler: slurm\n"
+        "registry: none\nruntime: {kind: udocker}\nlauncher: gloo\nscheduler: slurm\n"
         "slurm:\n  scratch_dir: /tmp\n  gpus_per_node: 2\n")
     (shutil_profile / "config.yaml").write_text(
         "config:\n  - hvdflow_profile=profiles/c/hvdflow.yaml\n"

@@ -20,7 +20,7 @@ BASE = {"ranks": 3, "model": "mlp", "hidden_units": 8, "epochs": 2, "batch_size"
 def profile(tmp_path: Path, **keys: object) -> Path:
     """A local profile with ``keys`` added."""
     path = tmp_path / "hvdflow.yaml"
-    lines = ["registry: http://127.0.0.1:5000", "runtime: udocker", "launcher: gloo",
+    lines = ["registry: http://127.0.0.1:5000", "runtime: {kind: udocker}", "launcher: gloo",
              *(f"{k}: {v}" for k, v in keys.items())]
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -23,9 +23,9 @@ from hvdflow.files.heartbeat import (
     tree_bytes,
 )
 from hvdflow.images.build.image import BuildProgress
-from hvdflow.launch.runtime import RuntimeSettings
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.steps import logged, runtime_setup_detail
+from hvdflow.runtime import runtime_settings
 
 
 def test_a_long_block_gets_lines_with_its_time_and_detail_and_none_after_it(tmp_path: Path) -> None:
@@ -140,8 +140,10 @@ def test_a_native_steps_progress_is_its_venvs_newest_build_line_only_while_that_
     record = tmp_path / "hvdflow-cpu.json"
     record.write_text(json.dumps({"image": "hvdflow-cpu"}))
     (tmp_path / "hvdflow-cpu.build.log").write_text("an old build's last line\n")
-    assert runtime_setup_detail(RuntimeSettings("udocker", native_venv_dir=tmp_path), record) is None
-    detail = runtime_setup_detail(RuntimeSettings("native", native_venv_dir=tmp_path), record)
+    udocker = runtime_settings("runtime", {"kind": "udocker"}, "gloo")
+    assert runtime_setup_detail(udocker, record) is None
+    detail = runtime_setup_detail(runtime_settings("runtime", {"kind": "native", "venv_dir": str(tmp_path)}, "gloo"),
+                                  record)
     assert detail is not None and detail() == ""  # an earlier run's log says nothing of this one
     with open(tmp_path / "hvdflow-cpu.build.log", "a") as out:
         out.write("[ 42%] Building CXX object horovod/common/CMakeFiles/operations.cc.o\n")

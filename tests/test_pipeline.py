@@ -286,6 +286,43 @@ def test_native_runtime_gives_the_same_weights(demo: Pipeline, hpc_user: HpcUser
     assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
 
 
+TOY_RUNTIME = REPO / "tests" / "toy_runtime"
+
+
+def test_a_runtime_added_as_its_folder_and_its_registry_line_trains_the_demo_to_its_weights(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    # tests/toy_runtime: the image's root filesystem entered with unshare and chroot, no udocker run; its profile
+    # names it, and nothing else of hvdflow changes (the config, launchers, pipeline and record are the same)
+    pipeline = Pipeline(hpc_user, registry, udocker_dir, demo)
+    room = pipeline.root / "src" / "hvdflow" / "runtime"
+    shutil.copytree(TOY_RUNTIME, room / "toy", ignore=shutil.ignore_patterns("__pycache__"))
+    listed = (room / "registry.py").read_text()
+    added = listed.replace('    "hvdflow.runtime.native",\n', '    "hvdflow.runtime.native",\n    "hvdflow.runtime.toy",\n')
+    assert len(added.splitlines()) == len(listed.splitlines()) + 1
+    (room / "registry.py").write_text(added)
+    (pipeline.root / "profiles" / "toy").mkdir()
+    (pipeline.root / "profiles" / "toy" / "config.yaml").write_text(
+        (pipeline.root / "profiles" / "local" / "config.yaml").read_text().replace("profiles/local/", "profiles/toy/"))
+    local = yaml.safe_load((pipeline.root / "profiles" / "local" / "hvdflow.yaml").read_text())
+    settings = {**local, "runtime": {"kind": "toy", "udocker_dir": local["runtime"]["udocker_dir"]}}
+    (pipeline.root / "profiles" / "toy" / "hvdflow.yaml").write_text(yaml.safe_dump(settings))
+    _chown_tree(pipeline.root, hpc_user.uid, hpc_user.gid)
+    proc = pipeline.snakemake(profile="toy")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    record = pipeline.json("results/demo/run.json")
+    assert (record["runtime"], record["profile"]["runtime"]["kind"]) == ("toy", "toy")
+    # no udocker mode ran the ranks, and no proot is recorded: the toy's own engine record
+    assert [r["execmode"] for r in record["ranks"]] == [None, None] and record["proot"] is None
+    assert record["weights_sha256"] == demo.json("results/demo/run.json")["weights_sha256"]
+    assert pipeline.processes() == []
+    # a key of another kind is refused by name before any job
+    settings["runtime"]["proot"] = "host"
+    (pipeline.root / "profiles" / "toy" / "hvdflow.yaml").write_text(yaml.safe_dump(settings))
+    refused = pipeline.snakemake("--dry-run", profile="toy")
+    assert refused.returncode != 0 and "runtime.proot: a key of runtime kind udocker, not of toy" in refused.stderr, (
+        refused.stderr[-3000:])
+
+
 def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_goal(
         demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
     give_the_user_the_image_builds_wheels(hpc_user)

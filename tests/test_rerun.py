@@ -25,7 +25,7 @@ from hvdflow_index import content_sha256
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("profile", ["local", "testbed", "slurm", "leonardo"])
+@pytest.mark.parametrize("profile", ["local", "local-native", "testbed", "slurm", "leonardo"])
 def test_the_recorded_profile_loads_back_as_it_was(profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     monkeypatch.setenv("HVDFLOW_TESTBED_DIR", "/var/lib/hvdflow-testbed")
@@ -35,6 +35,21 @@ def test_the_recorded_profile_loads_back_as_it_was(profile: str, tmp_path: Path,
     monkeypatch.delenv("HVDFLOW_REGISTRY")  # the recreated settings hold values, not the variables they came from
     again = jsonable(load_profile(path))
     assert {**again, "path": None} == {**recorded, "path": None}
+
+
+@pytest.mark.parametrize("profile", ["local", "local-native"])
+def test_a_version_1_records_profile_loads_back_with_its_runtime_keys_in_the_section(
+        profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # record_version 1 held the runtime's keys at the profile's top level, and every kind's
+    monkeypatch.setenv("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
+    recorded = jsonable(load_profile(REPO / "profiles" / profile / "hvdflow.yaml"))
+    section = recorded["runtime"]
+    version_1 = {**recorded, "runtime": section["kind"], "udocker_dir": section["udocker_dir"],
+                 "execmode": section["options"].get("execmode"), "proot": section["options"].get("proot", "image"),
+                 "native_venv_dir": section["options"].get("venv_dir", str(Path.home() / ".cache/hvdflow/native"))}
+    path = tmp_path / "hvdflow.yaml"
+    path.write_text(yaml.safe_dump(profile_settings(version_1)))
+    assert jsonable(load_profile(path))["runtime"] == section
 
 
 def _git(repo: Path, *args: str) -> str:

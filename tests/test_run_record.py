@@ -97,9 +97,10 @@ def test_a_record_of_a_local_run_matches_the_schema(tmp_path: Path, monkeypatch:
     path = tmp_path / "run.json"
     path.write_text(json.dumps(record))
     assert check_run_record(path)["history"] == [{"epoch": 0.0, "loss": 1.0}]
-    record["profile"]["runtime"] = "docker"
+    assert record["profile"]["runtime"]["options"] == {"execmode": "auto", "proot": "image"}
+    record["profile"]["runtime"]["execmode"] = "P1"  # the section's shape of record_version 1, in a version 2 record
     path.write_text(json.dumps(record))
-    with pytest.raises(AssertionError, match="profile/runtime: 'docker' is not one of"):
+    with pytest.raises(AssertionError, match="profile/runtime: .*'execmode' was unexpected"):
         check_run_record(path)
 
 

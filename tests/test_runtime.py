@@ -17,19 +17,37 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from hvdflow.config.profile import RUNTIMES
 from hvdflow.errors import ConfigError, ImageError, UdockerError
 from hvdflow.images.execmode_choice import MODE_ENV, REFUSED, chooser_argv
 from hvdflow.images.pull import ContainerRecord, container_in_mode
 from hvdflow.images.runc_probe import RuncProbe
-from hvdflow.launch.runtime import ImageStore, Runtime, RuntimeSettings, expose_gpus, image_store, make_runtime
-from hvdflow.launch.runtime.base import KINDS
-from hvdflow.launch.runtime.udocker import LAST_EXIT
+from hvdflow.runtime import (
+    ImageStore,
+    Runtime,
+    RuntimeSettings,
+    as_kind,
+    expose_gpus,
+    image_store,
+    make_runtime,
+    runtime_settings,
+    section_schema,
+)
+from hvdflow.runtime.registry import KINDS
+from hvdflow.runtime.udocker.runtime import LAST_EXIT
 from hvdflow_wire import WireError
 from hvdflow_wire.task import NvidiaSetup
 from hvdflow_wire.values import from_json, to_json
 
-RUNTIME_PACKAGE = REPO / "src" / "hvdflow" / "launch" / "runtime"
+RUNTIME_PACKAGE = REPO / "src" / "hvdflow" / "runtime"
+CATALOG = REPO / "containers" / "catalog.yaml"
+
+
+def _settings(tmp_path: Path, kind: str = "udocker", proot: str = "host") -> RuntimeSettings:
+    """A profile's runtime section for ``kind`` as the profile loader checks it: udocker's with ``proot``, native's
+    with its venvs under ``tmp_path``; udocker may run as root here."""
+    own = {"proot": proot} if kind == "udocker" else {"venv_dir": str(tmp_path / "native")}
+    section = {"kind": kind, "udocker_dir": str(tmp_path / "udocker"), **own}
+    return replace(runtime_settings("profile: runtime", section, "gloo"), allow_root=True)
 
 
 def _record(udocker_dir: Path) -> ContainerRecord:
@@ -42,18 +60,17 @@ def _record(udocker_dir: Path) -> ContainerRecord:
 def runtimes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Runtime]:
     """Each runtime the factory knows, built by it: udocker with the host's proot (no image needed), native with
     this interpreter standing in for the image's venv (its creation needs the image's wheels)."""
-    import hvdflow.launch.runtime.native_venv as native_venv
+    import hvdflow.runtime.native.venv as native_venv
 
     monkeypatch.setattr(native_venv, "native_python", lambda venv_dir, image, catalog: Path(sys.executable))
-    settings = RuntimeSettings("udocker", proot="host", native_venv_dir=tmp_path / "native",
-                               catalog=REPO / "containers" / "catalog.yaml", allow_root=True)
+    settings = _settings(tmp_path)
     record = _record(tmp_path / "udocker")
-    return {kind: make_runtime(RuntimeSettings(kind, settings.proot, settings.native_venv_dir, settings.catalog,
-                                               settings.allow_root), record) for kind in KINDS}
+    return {kind: make_runtime(as_kind(settings, kind, "gloo"), record, CATALOG) for kind in KINDS}
 
 
 def test_the_factory_builds_every_runtime_a_profile_may_name() -> None:
-    assert tuple(KINDS) == RUNTIMES == ("udocker", "native")
+    assert tuple(KINDS) == ("udocker", "native")
+    assert section_schema()["properties"]["kind"]["enum"] == list(KINDS)
 
 
 @pytest.mark.parametrize("kind", ["udocker", "native"])
@@ -110,7 +127,7 @@ def test_the_udocker_runtime_runs_in_its_container_with_the_chosen_proot(runtime
 
 def test_the_gpu_setup_is_skipped_where_no_driver_exists(runtimes: dict[str, Runtime], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import hvdflow.launch.runtime.udocker as udocker_runtime
+    import hvdflow.runtime.udocker.runtime as udocker_runtime
 
     monkeypatch.setattr(udocker_runtime, "NVIDIA_DRIVER", tmp_path / "no-driver")
     setup = runtimes["udocker"].gpu_setup()
@@ -122,7 +139,7 @@ def test_a_gpu_setup_that_udocker_leaves_undone_is_named(runtimes: dict[str, Run
     # udocker setup --nvidia exits 0 where it finds no driver libraries or no library folder in the container (as on
     # a GPU node with the node's software in a bare root: the GPU proof's first run on an H200), and runc's ranks then
     # ran without the GPU's device files; here the node has a driver version line but no NVIDIA libraries
-    import hvdflow.launch.runtime.udocker as udocker_runtime
+    import hvdflow.runtime.udocker.runtime as udocker_runtime
 
     driver = tmp_path / "version"
     driver.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
@@ -152,12 +169,13 @@ def test_an_image_record_is_read_back_checked_and_a_malformed_one_named(tmp_path
 
 def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown runtime 'docker'; choose one of udocker, native"):
-        make_runtime(RuntimeSettings("docker", allow_root=True), _record(tmp_path))
+        make_runtime(replace(_settings(tmp_path), kind="docker"), _record(tmp_path))
 
 
 def test_no_module_outside_the_runtime_package_imports_a_runtime_of_its_own() -> None:
-    concrete = {f"hvdflow.launch.runtime.{p.stem}" for p in RUNTIME_PACKAGE.glob("*.py")} - {
-        "hvdflow.launch.runtime.__init__", "hvdflow.launch.runtime.base", "hvdflow.launch.runtime.settings"}
+    # a kind's folder (udocker/, native/) is reached through the door (hvdflow.runtime) and the registry only
+    concrete = {".".join(("hvdflow", *p.relative_to(RUNTIME_PACKAGE.parent).with_suffix("").parts)).removesuffix(".__init__")
+                for p in RUNTIME_PACKAGE.glob("*/*.py")}
     offenders = []
     for path in sorted((REPO / "src" / "hvdflow").rglob("*.py")):
         if RUNTIME_PACKAGE in path.parents:
@@ -184,13 +202,13 @@ def test_only_the_runtime_package_gets_images_from_udocker() -> None:
 
 
 def test_the_record_names_udockers_proot_and_no_engine_for_a_native_run(tmp_path: Path) -> None:
-    from hvdflow.launch.runtime import recorded_engine
+    from hvdflow.runtime import recorded_engine
 
     image = {"udocker_dir": str(tmp_path), "container": "c1"}
-    assert recorded_engine(RuntimeSettings("native", allow_root=True), image) is None
-    host = recorded_engine(RuntimeSettings("udocker", proot="host", allow_root=True), image)
+    assert recorded_engine(_settings(tmp_path, "native"), image) is None
+    host = recorded_engine(_settings(tmp_path), image)
     assert host is not None and host["choice"] == "host" and host["binary"] == "/usr/bin/proot" and len(host["sha256"]) == 64
-    carried = recorded_engine(RuntimeSettings("udocker", proot="image", allow_root=True), image)
+    carried = recorded_engine(_settings(tmp_path, proot="image"), image)
     assert carried is not None and carried["binary"] is None and "carries no proot" in carried["note"]
 
 
@@ -374,8 +392,7 @@ def test_an_explicit_r1_on_a_node_without_user_namespaces_is_refused_by_name_bef
 
 
 def test_the_auto_runtime_offers_each_rank_r1s_and_p1s_commands_and_open_mpi_ranks_p1s_alone(tmp_path: Path) -> None:
-    settings = RuntimeSettings("udocker", proot="host", native_venv_dir=tmp_path / "native",
-                               catalog=REPO / "containers" / "catalog.yaml", allow_root=True)
+    settings = _settings(tmp_path)
     runtime = make_runtime(settings, replace(_record(tmp_path / "udocker"), execmode="auto", runc_container="c1-r1"))
     argv = runtime.command(["python3", "-V"], {"HOROVOD_RANK": "0"}, [tmp_path])
     assert argv[:4] == [sys.executable, "-S", "-m", "hvdflow.images.execmode_choice"]

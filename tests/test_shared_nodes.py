@@ -201,7 +201,7 @@ def test_a_udocker_directory_on_shared_scratch_must_be_the_users_alone(node: Nod
 def test_scratch_dir_tmpdir_is_the_jobs_own_expanded_inside_the_job_not_on_the_login_node(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "hvdflow.yaml"
-    path.write_text("registry: http://127.0.0.1:5000\nruntime: udocker\nlauncher: gloo\nscheduler: slurm\n"
+    path.write_text("registry: http://127.0.0.1:5000\nruntime: {kind: udocker}\nlauncher: gloo\nscheduler: slurm\n"
                     "slurm: {scratch_dir: $TMPDIR, gpus_per_node: 0}\n")
     monkeypatch.delenv("TMPDIR", raising=False)
     cluster = load_profile(path).slurm  # the login node: no TMPDIR, and none needed there

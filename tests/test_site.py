@@ -237,7 +237,7 @@ def test_a_profile_that_does_not_load_is_not_moved_into_place(tmp_path: Path) ->
 
 def test_a_gpu_type_without_gpus_is_refused_by_the_profile(tmp_path: Path) -> None:
     path = tmp_path / "hvdflow.yaml"
-    path.write_text("registry: none\nruntime: udocker\nlauncher: gloo\nscheduler: slurm\n"
+    path.write_text("registry: none\nruntime: {kind: udocker}\nlauncher: gloo\nscheduler: slurm\n"
                     "slurm: {scratch_dir: /local, gpus_per_node: 0, gpu_type: a100}\n")
     with pytest.raises(ConfigError, match=r"slurm.gpu_type: a100 given but gpus_per_node is 0"):
         load_profile(path)

@@ -14,7 +14,6 @@ from typing import Iterator
 import pytest
 
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.launch.runtime.native import NativeRuntime
 from hvdflow.launch.supervise import (
     ABANDONED,
     StopRelay,
@@ -28,6 +27,7 @@ from hvdflow.launch.supervise import (
     supervise,
     watch_stop_signals,
 )
+from hvdflow.runtime.native.runtime import NativeRuntime
 from hvdflow_wire.user_code import USER_CODE_ERROR, USER_CODE_EXIT
 from pipeline_run import processes_naming
 

@@ -76,7 +76,7 @@ def test_the_kernel_choosing_variables_reach_the_container_only_when_set(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # ONEDNN_MAX_CPU_ISA=AVX2 gave an AVX-512 machine the AVX2 machines' weights (docs/reproducibility.md)
     from hvdflow.images.udocker import Udocker
-    from hvdflow.launch.runtime.udocker import UdockerRuntime
+    from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
     runtime = UdockerRuntime(Udocker(tmp_path, allow_root=True), "c1")
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)

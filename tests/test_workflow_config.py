@@ -164,11 +164,18 @@ def test_bad_config_is_named_at_parse_time(tree: Path, edit, message: str,  # ty
 
 @pytest.mark.parametrize("edit, message", [
     (lambda p: p.update(scratch="/tmp"), "unknown key(s) scratch; valid keys:"),
-    (lambda p: p.update(runtime="docker"), "runtime: 'docker' is not one of udocker, native"),
+    (lambda p: p["runtime"].update(kind="docker"), "runtime.kind: 'docker' is not one of udocker, native"),
     (lambda p: p.update(launcher="horovodrun"), "launcher: 'horovodrun' is not one of gloo, mpi"),
-    (lambda p: p.update(execmode="R2"), "execmode: 'R2' is not one of P1, P2, R1, auto"),
-    (lambda p: p.update(execmode="R1", launcher="mpi"), "execmode R1 cannot run launcher mpi: ranks in runc's"),
-    (lambda p: p.update(proot="usr-bin"), "proot: 'usr-bin' is not one of image, host"),
+    (lambda p: p["runtime"].update(execmode="R2"), "runtime.execmode: 'R2' is not one of P1, P2, R1, auto"),
+    (lambda p: (p["runtime"].update(execmode="R1"), p.update(launcher="mpi")),
+     "runtime.execmode: execmode R1 cannot run launcher mpi: ranks in runc's"),
+    (lambda p: p["runtime"].update(proot="usr-bin"), "runtime.proot: 'usr-bin' is not one of image, host"),
+    (lambda p: p["runtime"].update(venv_dir="/tmp"), "runtime.venv_dir: a key of runtime kind native, not of udocker"),
+    (lambda p: p["runtime"].update(colour="red"), "runtime: unknown key(s) colour; valid keys: execmode, kind, proot, "
+                                                  "udocker_dir"),
+    # a profile written before the runtime's keys moved into their section: the section to write instead
+    (lambda p: p.update(runtime="udocker", execmode="P1"), "runtime, execmode: the runtime's keys are now one section; "
+                                                           "write runtime: {kind: udocker, execmode: P1}"),
     (lambda p: p.update(registry="${HVDFLOW_NO_SUCH_VARIABLE}"), "environment variable $HVDFLOW_NO_SUCH_VARIABLE is not set"),
     (lambda p: p.pop("launcher"), "missing required key(s) launcher"),
     (lambda p: p.update(step_timeout_minutes=0), "step_timeout_minutes: must be"),
@@ -387,8 +394,8 @@ def test_impossible_layouts_are_named_at_parse_time(tree: Path, profile: str, ex
     ("local", "config/config.yaml", lambda c: c["experiments"]["demo"].update(epoks=3), "'epoks' was unexpected"),
     ("local", "config/config.yaml", lambda c: c["experiments"]["demo"].update(dataset="mnist"),
      "experiments.demo.dataset: 'mnist' is not a key of datasets (digits)"),
-    ("local", "profiles/local/hvdflow.yaml", lambda p: p.update(runtime="docker"),
-     "runtime: 'docker' is not one of udocker, native"),
+    ("local", "profiles/local/hvdflow.yaml", lambda p: p["runtime"].update(kind="docker"),
+     "runtime.kind: 'docker' is not one of udocker, native"),
     ("testbed", "profiles/testbed/hvdflow.yaml", lambda p: p["slurm"].pop("gpus_per_node"),
      "slurm: missing required key(s) gpus_per_node"),
 ])

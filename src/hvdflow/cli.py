@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from hvdflow.config.profile import LAUNCHERS
 from hvdflow.errors import HvdflowError
@@ -18,6 +18,9 @@ from hvdflow.images.catalog import PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.modes import PROFILE_EXECMODES
 from hvdflow.images.udocker import allow_root_from_env
 from hvdflow_wire.names import FRAMEWORKS
+
+if TYPE_CHECKING:
+    from hvdflow.runtime import RuntimeSettings
 
 
 def default_udocker_dir() -> Path:
@@ -64,12 +67,25 @@ def _require_registry(args: argparse.Namespace) -> str:
     return str(args.registry).rstrip("/")
 
 
+def _udocker_settings(args: argparse.Namespace) -> "RuntimeSettings":
+    """The udocker runtime the image commands' flags ask for (``--udocker-dir``, ``--proot``, ``--allow-root``),
+    checked as a profile's ``runtime:`` section is."""
+    from dataclasses import replace
+
+    from hvdflow.runtime import runtime_settings
+
+    section = {"kind": "udocker", "udocker_dir": str(args.udocker_dir or default_udocker_dir()),
+               "proot": getattr(args, "proot", "image")}
+    return replace(runtime_settings("the command line", section, getattr(args, "launcher", "gloo")),
+                   allow_root=args.allow_root)
+
+
 def _pull(args: argparse.Namespace, update_lock: bool = False):  # type: ignore[no-untyped-def]
     """Pull (or, given ``args.archive``, load) the image into udocker's store, verified and locked, and create its
     container; the store and the container's record."""
     from hvdflow.images.lockfile import read_lock
     from hvdflow.images.offline import NO_REGISTRY
-    from hvdflow.launch.runtime import image_store
+    from hvdflow.runtime import image_store
 
     catalog = load_catalog(args.catalog)
     spec = get_image(catalog, args.image, args.catalog)
@@ -101,7 +117,7 @@ def cmd_image_check(args: argparse.Namespace) -> int:
     """Pull (or take the loaded) image, start it once and print what it holds against what jobs need of it."""
     from hvdflow.errors import ImageError
     from hvdflow.launch.image_check import SOURCE_MODULES, check_image, needs_of, refusal, table
-    from hvdflow.launch.runtime import RuntimeSettings, make_runtime
+    from hvdflow.runtime import make_runtime
 
     store, record = _pull(args)
     spec = get_image(load_catalog(args.catalog), args.image, args.catalog)
@@ -109,7 +125,7 @@ def cmd_image_check(args: argparse.Namespace) -> int:
     sources = args.sources.split(",") if args.sources else sorted(SOURCE_MODULES)
     framework = args.framework or ("pytorch" if spec.tensorflow == "none" and spec.torch != "none" else "tensorflow")
     needs = needs_of(purposes, args.launcher, spec.device == "gpu", sources, framework)
-    runtime = make_runtime(RuntimeSettings("udocker", proot=args.proot, allow_root=args.allow_root), record)
+    runtime = make_runtime(_udocker_settings(args), record)
     check = check_image(runtime, record.digest, store.checks_dir, needs)
     sys.stdout.write(table(spec.name, record.digest, check.parts))
     problem = refusal(spec.name, check.parts)
@@ -188,11 +204,11 @@ def cmd_image_push(args: argparse.Namespace) -> int:
 
 def cmd_smoke(args: argparse.Namespace) -> int:
     """Pull the image and train the digits MLP with N ranks; print the summary."""
-    from hvdflow.launch.runtime import RuntimeSettings, make_runtime
     from hvdflow.pipeline.smoke import run_smoke
+    from hvdflow.runtime import make_runtime
 
     _, record = _pull(args)
-    runtime = make_runtime(RuntimeSettings("udocker", proot=args.proot, allow_root=args.allow_root), record)
+    runtime = make_runtime(_udocker_settings(args), record)
     summary = run_smoke(runtime, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0

@@ -9,8 +9,8 @@ rule pull_image:
     localrule: True
     params:
         # not the registry URL: the digest pinned in the lock file decides what is pulled, wherever from
-        udocker_dir=str(PROFILE.udocker_dir),
-        execmode=PROFILE.execmode,
+        udocker_dir=str(PROFILE.runtime.udocker_dir),
+        execmode=PROFILE.runtime.execmode,
         needs=lambda wildcards: image_needs(wildcards.image),  # what `hvdflow image check` judges it against
     run:
         steps.pull_rule(wildcards, input, output, log, params, config, PROFILE)

@@ -44,6 +44,6 @@ rule train:
     params:
         spec=experiment,
         launcher=PROFILE.launcher,
-        runtime=PROFILE.runtime,
+        runtime=PROFILE.runtime.kind,
     run:
         steps.train_rule(wildcards, input, output, log, params, config, PROFILE)

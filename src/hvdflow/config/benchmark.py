@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from hvdflow.config.profile import RUNTIMES
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import ConfigError
+from hvdflow.runtime.registry import KINDS
 from hvdflow_wire.names import BUILT_IN_MODELS, USER_MODEL
 
 MODELS = BUILT_IN_MODELS
@@ -27,7 +27,7 @@ DistributedDataParallel (``ddp-mlp``, ``ddp-allreduce``)."""
 UDOCKER_MODES = {"udocker": None, "udocker-P1": "P1", "udocker-R1": "R1"}
 """The benchmark's udocker runtimes and the mode each runs: ``udocker`` the profile's (under ``auto``, each node's
 choice), ``udocker-P1`` and ``udocker-R1`` that mode's container, so that one run sets the modes side by side."""
-BENCHMARK_RUNTIMES = (*UDOCKER_MODES, *(r for r in RUNTIMES if r != "udocker"))
+BENCHMARK_RUNTIMES = (*UDOCKER_MODES, *(r for r in KINDS if r != "udocker"))
 NAME_PATTERN = (r"(?P<kind>[a-z0-9-]+)-r(?P<ranks>\d+)-n(?P<nodes>\d+)-"
                 rf"(?P<runtime>{'|'.join(sorted(BENCHMARK_RUNTIMES, key=len, reverse=True))})-(?P<rep>\d+)")
 """How a measurement's name reads back (:attr:`Measurement.name`)."""

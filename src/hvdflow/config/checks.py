@@ -110,12 +110,12 @@ def checked_benchmark(config: Mapping[str, Any], profile: ClusterProfile,
     if "benchmark" not in config:
         return None
     spec = benchmark_spec(config["benchmark"])
-    made = profile.execmode or (catalog[spec.image].execmode if spec.image in catalog else None)
+    made = profile.runtime.execmode or (catalog[spec.image].execmode if spec.image in catalog else None)
     for runtime in spec.runtimes:
         mode = runtime_kind(runtime)[1]
         if mode is not None and made not in (AUTO_MODE, mode):
             raise ConfigError(f"benchmark.runtimes: {runtime} runs udocker's {mode} container, which execmode {made} "
-                              f"does not make (profile {profile.path}): set execmode: auto or {mode} there")
+                              f"does not make (profile {profile.path}): set runtime.execmode: auto or {mode} there")
     for ranks, nodes in spec.layouts():
         check_layout(f"benchmark.ranks {ranks} on benchmark.nodes {nodes}", ranks, nodes, profile.slurm, profile.path)
     for key, image, framework, used in (("image", spec.image, "tensorflow", "tensorflow" in spec.frameworks),

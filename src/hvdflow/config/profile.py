@@ -21,20 +21,14 @@ from hvdflow.config.profile_schema import (
     GPU_TYPE_PATTERN,
     LAUNCHERS,
     LOCAL_CPU_BINDS,
-    RUNTIMES,
     SCHEDULERS,
     SCHEMA,
     keys,
 )
 from hvdflow.errors import ConfigError
-from hvdflow.files.yamlfile import check_keys, expect, load_mapping
-from hvdflow.images.catalog import PROOT_ENGINES
-from hvdflow.images.modes import PROFILE_EXECMODES
+from hvdflow.files.yamlfile import check_keys, expanded, expect, load_mapping
 from hvdflow.images.offline import NO_REGISTRY
-from hvdflow.images.runc_probe import launcher_refused
-
-_UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
-_DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
+from hvdflow.runtime import RuntimeSettings, runtime_settings
 
 _REQUIRED, _OPTIONAL = keys(SCHEMA)
 _SLURM_REQUIRED, _SLURM_OPTIONAL = keys(SCHEMA["properties"]["slurm"])
@@ -66,7 +60,7 @@ class SlurmCluster:
 
     def job_scratch_dir(self) -> Path:
         """The scratch folder in this job's environment (ConfigError naming a variable the job does not set)."""
-        return Path(_expand("slurm.scratch_dir", self.scratch_dir))
+        return Path(expanded("slurm.scratch_dir", self.scratch_dir))
 
 
 @dataclass(frozen=True)
@@ -76,14 +70,10 @@ class ClusterProfile:
     path: Path
     registry: str
     """The registry's URL, or ``none``: the images the lock pins come from ``hvdflow image load`` (air-gapped)."""
-    runtime: str
+    runtime: RuntimeSettings
+    """The ``runtime:`` section: the kind, its image store's folder and the kind's own settings."""
     launcher: str
-    execmode: Optional[str]
-    udocker_dir: Path
-    proot: str
-    """Which proot runs udocker's P1/P2 modes: ``image`` (the one the image carries) or ``host`` (/usr/bin/proot)."""
     network_interface: str
-    native_venv_dir: Path
     slurm: Optional[SlurmCluster] = None
     step_timeout: Optional[float] = None
     """Seconds one pipeline step may run (``step_timeout_minutes``); None: no limit of hvdflow's own (under Slurm,
@@ -96,16 +86,6 @@ class ClusterProfile:
     """Seconds an elastic run waits for at least ``min_ranks`` slots (at the start and after a failure)."""
 
 
-def _expand(where: str, value: Any) -> str:
-    text = str(expect(where, value, (str, int)))
-    defaulted = _DEFAULTED.sub(lambda m: os.environ.get(m.group(1)) or m.group(2), text)
-    expanded = os.path.expanduser(os.path.expandvars(defaulted))
-    missing = _UNSET.search(expanded)
-    if missing:
-        raise ConfigError(f"{where}: environment variable ${missing.group(1)} is not set (value {text!r})")
-    return expanded
-
-
 def _choice(where: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
@@ -116,37 +96,26 @@ def load_profile(path: Path) -> ClusterProfile:
     """Read and validate ``path``."""
     data = load_mapping(path)
     where = str(path)
+    _refuse_old_runtime_keys(where, data)
     check_keys(where, data, _REQUIRED, _OPTIONAL)
-    registry = _expand(f"{where}: registry", data["registry"]).rstrip("/")
+    registry = expanded(f"{where}: registry", data["registry"]).rstrip("/")
     if registry != NO_REGISTRY and not re.match(r"^https?://[^/\s]+$", registry):
         raise ConfigError(f"{where}: registry: {registry!r} must be http://HOST[:PORT], https://HOST[:PORT] or "
                           f"{NO_REGISTRY} (no registry: images come from `hvdflow image load`)")
-    execmode = data.get("execmode")
-    home = Path.home()
-    scheduler = _choice(f"{where}: scheduler", _expand(f"{where}: scheduler", data.get("scheduler", "none")), SCHEDULERS)
-    interface = _expand(f"{where}: network_interface", data.get("network_interface", "auto" if scheduler == "slurm" else "lo"))
+    scheduler = _choice(f"{where}: scheduler", expanded(f"{where}: scheduler", data.get("scheduler", "none")), SCHEDULERS)
+    interface = expanded(f"{where}: network_interface", data.get("network_interface", "auto" if scheduler == "slurm" else "lo"))
     if scheduler == "slurm" and "slurm" not in data:
         raise ConfigError(f"{where}: scheduler slurm needs a slurm section ({', '.join(_SLURM_REQUIRED)})")
     if scheduler == "none" and "slurm" in data:
         raise ConfigError(f"{where}: slurm: given but scheduler is none (set scheduler: slurm)")
-    cpu_bind = _cpu_bind(f"{where}: cpu_bind", _expand(f"{where}: cpu_bind", data.get("cpu_bind", "cores")), scheduler)
-    launcher = _choice(f"{where}: launcher", _expand(f"{where}: launcher", data["launcher"]), LAUNCHERS)
-    if execmode is not None:
-        execmode = _choice(f"{where}: execmode", _expand(f"{where}: execmode", execmode), PROFILE_EXECMODES)
-        refused = launcher_refused(execmode, launcher)
-        if refused is not None:
-            raise ConfigError(f"{where}: {refused}")
+    cpu_bind = _cpu_bind(f"{where}: cpu_bind", expanded(f"{where}: cpu_bind", data.get("cpu_bind", "cores")), scheduler)
+    launcher = _choice(f"{where}: launcher", expanded(f"{where}: launcher", data["launcher"]), LAUNCHERS)
     return ClusterProfile(
         path=path,
         registry=registry,
-        runtime=_choice(f"{where}: runtime", _expand(f"{where}: runtime", data["runtime"]), RUNTIMES),
+        runtime=runtime_settings(f"{where}: runtime", data["runtime"], launcher),
         launcher=launcher,
-        execmode=execmode,
-        proot=_choice(f"{where}: proot", _expand(f"{where}: proot", data.get("proot", "image")), PROOT_ENGINES),
-        udocker_dir=Path(_expand(f"{where}: udocker_dir", data.get("udocker_dir", str(home / ".local/share/hvdflow/udocker")))),
         network_interface=interface,
-        native_venv_dir=Path(_expand(f"{where}: native_venv_dir",
-                                     data.get("native_venv_dir", str(home / ".cache/hvdflow/native")))),
         slurm=_slurm(f"{where}: slurm", data["slurm"], interface, cpu_bind) if scheduler == "slurm" else None,
         step_timeout=_minutes(f"{where}: step_timeout_minutes", data.get("step_timeout_minutes")),
         cpu_bind=cpu_bind,
@@ -156,6 +125,21 @@ def load_profile(path: Path) -> ClusterProfile:
         elastic_timeout=_seconds(f"{where}: elastic_timeout_seconds",
                                  data.get("elastic_timeout_seconds", DEFAULT_ELASTIC_TIMEOUT), 1, 86400),
     )
+
+
+OLD_RUNTIME_KEYS = {"execmode": "execmode", "proot": "proot", "udocker_dir": "udocker_dir", "native_venv_dir": "venv_dir"}
+"""The runtime's keys that profiles before the ``runtime:`` section held at the top level → their key in it."""
+
+
+def _refuse_old_runtime_keys(where: str, data: Mapping[str, Any]) -> None:
+    """ConfigError for a profile written before the runtime's keys moved into its ``runtime:`` section, saying the
+    section that holds them now."""
+    old = [key for key in OLD_RUNTIME_KEYS if key in data]
+    if isinstance(data.get("runtime"), str) or old:
+        kind = data["runtime"] if isinstance(data.get("runtime"), str) else "udocker"
+        moved = "".join(f", {OLD_RUNTIME_KEYS[key]}: {data[key]}" for key in old)
+        raise ConfigError(f"{where}: runtime{', ' if old else ''}{', '.join(old)}: the runtime's keys are now one "
+                          f"section; write runtime: {{kind: {kind}{moved}}} (docs/reference/profile.md)")
 
 
 def _seconds(where: str, value: Any, low: int, high: int) -> int:
@@ -199,7 +183,7 @@ def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster
                           f"got {scratch!r}")
     gpu_type = data.get("gpu_type")
     if gpu_type is not None:
-        gpu_type = _expand(f"{where}.gpu_type", expect(f"{where}.gpu_type", gpu_type, str))
+        gpu_type = expanded(f"{where}.gpu_type", expect(f"{where}.gpu_type", gpu_type, str))
         if not re.match(GPU_TYPE_PATTERN, gpu_type):
             raise ConfigError(f"{where}.gpu_type: {gpu_type!r} is not a GRES type (letters, digits, _ . -; "
                               "`sinfo -o %G` lists the partition's, e.g. gpu:a100:4 has type a100)")
@@ -207,21 +191,19 @@ def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster
             raise ConfigError(f"{where}.gpu_type: {gpu_type} given but gpus_per_node is 0 (no GPUs asked)")
     return SlurmCluster(scratch_dir=scratch, gpus_per_node=gpus, gpu_type=gpu_type,
                         network_interface=interface,
-                        srun_extra=tuple(_expand(f"{where}.srun_extra", item) for item in extra),
+                        srun_extra=tuple(expanded(f"{where}.srun_extra", item) for item in extra),
                         signal_grace_seconds=grace, cpu_bind=cpu_bind)
 
 
 def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """The ``hvdflow.yaml`` settings that load back into the profile a run record holds (its ``profile``: a
-    ClusterProfile as JSON), so a rerun runs where and how the recorded run did."""
+    ClusterProfile as JSON; record_version 1 held the runtime's keys at its top level), so a rerun runs where and how
+    the recorded run did."""
     settings: dict[str, Any] = {
-        "registry": recorded["registry"], "runtime": recorded["runtime"], "launcher": recorded["launcher"],
-        "proot": recorded["proot"], "udocker_dir": str(recorded["udocker_dir"]),
-        "network_interface": recorded["network_interface"], "native_venv_dir": str(recorded["native_venv_dir"]),
-        "cpu_bind": recorded["cpu_bind"], "scheduler": "none" if recorded["slurm"] is None else "slurm",
+        "registry": recorded["registry"], "runtime": recorded_runtime(recorded), "launcher": recorded["launcher"],
+        "network_interface": recorded["network_interface"], "cpu_bind": recorded["cpu_bind"],
+        "scheduler": "none" if recorded["slurm"] is None else "slurm",
     }
-    if recorded["execmode"] is not None:
-        settings["execmode"] = recorded["execmode"]
     for key in ("elastic_cooldown", "elastic_timeout"):  # records made before elastic runs have neither
         if key in recorded:
             settings[f"{key}_seconds"] = recorded[key]
@@ -234,3 +216,19 @@ def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
         if slurm.get("gpu_type"):  # records made before gpu_type have none
             settings["slurm"]["gpu_type"] = slurm["gpu_type"]
     return settings
+
+
+def recorded_runtime(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``runtime:`` section of the recorded profile ``recorded``: its kind, image store and the kind's own
+    settings as written (record_version 2), or made from the top-level keys of a record_version 1 profile."""
+    runtime = recorded["runtime"]
+    if isinstance(runtime, Mapping):
+        return {"kind": runtime["kind"], "udocker_dir": str(runtime["udocker_dir"]),
+                **{key: value for key, value in runtime["options"].items() if value is not None}}
+    section: dict[str, Any] = {"kind": runtime, "udocker_dir": str(recorded["udocker_dir"])}
+    if runtime == "native":
+        section["venv_dir"] = str(recorded["native_venv_dir"])
+    else:
+        section.update({"proot": recorded["proot"]},
+                       **({"execmode": recorded["execmode"]} if recorded["execmode"] is not None else {}))
+    return section

@@ -1,19 +1,18 @@
 """The keys of a cluster profile's ``hvdflow.yaml``, as a JSON schema: one source for the keys the profile may hold.
 
 :mod:`hvdflow.config.profile` accepts exactly these keys (its required and optional ones are read from here) and
-checks their values, which may be written as ``$VARIABLE`` or ``${VARIABLE:-default}`` and so are checked after
-expansion; ``docs/reference/profile.md`` is rendered from this schema (:mod:`hvdflow.config.reference`), so a key
-added here is accepted and documented at once. The choices are the code's own constants.
+checks their values (the ``runtime:`` section's by its kind: :mod:`hvdflow.runtime`), which may be written as
+``$VARIABLE`` or ``${VARIABLE:-default}`` and so are checked after expansion; ``docs/reference/profile.md`` is
+rendered from this schema (:mod:`hvdflow.config.reference`), so a key added here is accepted and documented at once.
+The choices are the code's own constants.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from hvdflow.images.catalog import PROOT_ENGINES
-from hvdflow.images.modes import PROFILE_EXECMODES
+from hvdflow.runtime import section_schema
 
-RUNTIMES = ("udocker", "native")
 LAUNCHERS = ("gloo", "mpi")
 SCHEDULERS = ("none", "slurm")
 DEFAULT_SIGNAL_GRACE = 120
@@ -35,23 +34,12 @@ SCHEMA: dict[str, Any] = {
             "description": "http(s)://HOST[:PORT] serving the catalogue's images, or none for a site without registry "
                            "access: the pull then takes the image the lock pins from `hvdflow image load` (its layers "
                            "hashed again) and opens no connection."},
-        "runtime": {"enum": list(RUNTIMES), "description": "What runs the ranks: udocker, or native (a host venv "
-                                                          "with the image's packages, to measure udocker's cost)."},
+        "runtime": section_schema(),
         "launcher": {
             "enum": list(LAUNCHERS),
             "description": "gloo (hvdflow starts Horovod's rendezvous server; under Slurm, srun starts one rank per "
                            "task) or mpi (the host's mpirun, one udocker run per rank; under Slurm through Open MPI's "
                            "Slurm support; host and image Open MPI must match)."},
-        "execmode": {
-            "enum": list(PROFILE_EXECMODES),
-            "description": "udocker's execution mode: auto (each rank's node runs R1 where it allows user namespaces "
-                           "and has runc, else P1; the rank's log and run.json say which), P1, P2 or R1. Default: the "
-                           "catalogue's."},
-        "proot": {"enum": list(PROOT_ENGINES), "default": "image",
-                  "description": "Which proot runs P1 and P2: image (the seccomp-accelerated one hvdflow's images "
-                                 "carry) or host (/usr/bin/proot, Debian's)."},
-        "udocker_dir": {"type": "string", "default": "~/.local/share/hvdflow/udocker",
-                        "description": "udocker's directory, one per user, on a filesystem every node mounts."},
         "network_interface": {
             "type": "string",
             "description": "The interface Gloo binds to: a name (ib0, hsn0), or auto, the interface towards the "
@@ -62,8 +50,6 @@ SCHEMA: dict[str, Any] = {
                            "cores // ranks of the job's cores) or none. With Slurm: srun's --cpu-bind value for the "
                            "ranks' steps (cores, threads, sockets, none, map_cpu:...), each rank owning the train "
                            "job's cpus_per_task."},
-        "native_venv_dir": {"type": "string", "default": "~/.cache/hvdflow/native",
-                            "description": "Where the native runtime's venvs are built."},
         "scheduler": {"enum": list(SCHEDULERS), "default": "none",
                       "description": "none (this machine) or slurm (then the slurm section is required)."},
         "step_timeout_minutes": {

@@ -148,6 +148,8 @@ REFERENCES = {
         "`~`, `$VARIABLE` and `${VARIABLE:-default}`; a variable that is not set and has no default is an error.\n"
         "Snakemake's `config.yaml` beside it and the shipped profiles: `profiles/README.md`.",
         {"": "Where and how hvdflow runs on the cluster.",
+         "runtime": "What runs the ranks: the runtime's `kind` and its own keys (each runtime's folder under\n"
+                    "`src/hvdflow/runtime/` declares them; a key of another kind is refused by name).",
          "slurm": "The Slurm side, with `scheduler: slurm`."}),
 }
 """The reference pages, by the name the command line takes."""

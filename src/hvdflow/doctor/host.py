@@ -27,7 +27,7 @@ from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.registry import resolve_manifest
 from hvdflow.images.runc_probe import probe_runc_mode
 from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
-from hvdflow.launch.runtime import image_store_of
+from hvdflow.runtime import store_of
 
 UDOCKER_FREE_WARNING = 10 * 1024 ** 3
 """Free space below which the udocker directory gets a warning: an image is 1-3 GiB pulled, as much again created."""
@@ -90,19 +90,19 @@ def existing_parent(path: Path) -> Path:
 
 def udocker_directory(profile: ClusterProfile) -> Finding:
     """udocker's directory: writable (or creatable) by this user, free space, the user's alone in a shared place."""
-    where = profile.udocker_dir
+    where = profile.runtime.udocker_dir
     base = existing_parent(where)
     if not os.access(base, os.W_OK | os.X_OK):
         return failure("udocker directory", f"{where}: {base} is not writable by this user",
-                       "set udocker_dir in the profile's hvdflow.yaml to a folder of yours that every node sees")
+                       "set runtime.udocker_dir in the profile's hvdflow.yaml to a folder of yours that every node sees")
     free = shutil.disk_usage(base).free
     detail = f"{where} ({'exists' if where.exists() else 'will be made'}), {size_text(free)} free"
     if where.exists() and in_shared_place(where) and where.stat().st_uid != os.getuid():
         return failure("udocker directory", f"{detail}; it belongs to uid {where.stat().st_uid}",
-                       "choose a udocker_dir of your own: another user's folder would hold your images")
+                       "choose a runtime.udocker_dir of your own: another user's folder would hold your images")
     if free < UDOCKER_FREE_WARNING:
         return warning("udocker directory", detail, f"free at least {size_text(UDOCKER_FREE_WARNING)} there, or move "
-                       "udocker_dir: each image takes 1-3 GiB pulled and as much again as a container")
+                       "runtime.udocker_dir: each image takes 1-3 GiB pulled and as much again as a container")
     return ok("udocker directory", detail)
 
 
@@ -114,17 +114,18 @@ def seccomp_trace() -> Finding:
     if "trace" in available:
         return ok("seccomp", "the kernel's seccomp offers trace: proot's acceleration works")
     return warning("seccomp", f"{actions} lists {' '.join(available) or 'nothing'}: proot stops on every system call",
-                   "expect P1 to run like P2 here; runtime: native (a venv of the image's packages) avoids proot")
+                   "expect P1 to run like P2 here; runtime kind native (a venv of the image's packages) avoids proot")
 
 
 def _proot_for(profile: ClusterProfile) -> Optional[Path]:
     """The proot the profile runs: the host's, or the one a container in the udocker directory carries; None if
     no container is there yet."""
-    if profile.proot == "host":
+    proot = profile.runtime.options.proot
+    if proot == "host":
         return HOST_PROOT
-    for container in sorted((profile.udocker_dir / "containers").glob("*")):
+    for container in sorted((profile.runtime.udocker_dir / "containers").glob("*")):
         try:
-            return engine_binary(profile.udocker_dir, container.name, profile.proot)
+            return engine_binary(profile.runtime.udocker_dir, container.name, proot)
         except HvdflowError:
             continue
     return None
@@ -132,22 +133,22 @@ def _proot_for(profile: ClusterProfile) -> Optional[Path]:
 
 def proot_runs(profile: ClusterProfile) -> Finding:
     """The profile's proot runs a command here (ptrace is allowed: some sites forbid it)."""
-    if profile.runtime != "udocker":
-        return ok("proot", f"not used (runtime: {profile.runtime})")
+    if profile.runtime.kind != "udocker":
+        return ok("proot", f"not used (runtime: {profile.runtime.kind})")
     proot = _proot_for(profile)
     if proot is None:
         return warning("proot", "no image is pulled yet, so the image's proot cannot be tried",
                        "run the workflow once (it pulls the images), then run hvdflow doctor again")
     if not proot.exists():
-        return failure("proot", f"{proot} is missing (profile proot: {profile.proot})",
-                       "set proot: image in the profile's hvdflow.yaml (the image carries one)")
+        return failure("proot", f"{proot} is missing (profile runtime.proot: {profile.runtime.options.proot})",
+                       "set runtime.proot: image in the profile's hvdflow.yaml (the image carries one)")
     proc = subprocess.run([str(proot), "-r", "/", "/bin/true"], capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         scope = Path("/proc/sys/kernel/yama/ptrace_scope")
         said = f" (kernel.yama.ptrace_scope = {scope.read_text().strip()})" if scope.exists() else ""
         return failure("proot", f"{proot} -r / /bin/true exited {proc.returncode}{said}: "
                        f"{(proc.stderr or proc.stdout).strip()[-300:]}",
-                       "proot needs ptrace: ask the site for ptrace_scope 0 or 1, or use runtime: native")
+                       "proot needs ptrace: ask the site for ptrace_scope 0 or 1, or use runtime kind native")
     return ok("proot", f"{proot} runs commands (ptrace allowed)")
 
 
@@ -159,7 +160,7 @@ def user_namespaces(execmode: Optional[str]) -> Finding:
     problem = probe.problem("R1")
     if problem is not None:
         if execmode in RUNC_MODES:
-            return failure("user namespaces and runc", problem, "set execmode: auto or P1 in the profile's hvdflow.yaml")
+            return failure("user namespaces and runc", problem, "set runtime.execmode: auto or P1 in the profile's hvdflow.yaml")
         if execmode == AUTO_MODE:
             return warning("user namespaces and runc", f"{probe.cause()}: execmode auto runs P1 (proot) here",
                            "P1 runs slower than R1 (docs/measurements.md); ask the site for user namespaces and runc")
@@ -191,11 +192,11 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
         check = f"image {name}"
         if profile.registry == NO_REGISTRY:
             try:
-                manifest = image_store_of(profile).loaded(spec, lock_path)
+                manifest = store_of(profile.runtime).loaded(spec, lock_path)
             except HvdflowError as exc:
                 findings.append(failure(check, str(exc), f"hvdflow image load {name} ARCHIVE"))
             else:
-                findings.append(ok(check, f"{spec.repository}@{manifest.digest} loaded in {profile.udocker_dir}"))
+                findings.append(ok(check, f"{spec.repository}@{manifest.digest} loaded in {profile.runtime.udocker_dir}"))
             continue
         url = spec.registry_url(profile.registry)
         reference = entry.digest if entry is not None else spec.tag
@@ -220,10 +221,10 @@ def images_available(profile: ClusterProfile, catalog: Mapping[str, ImageSpec], 
 def _pinned(profile: ClusterProfile, spec: ImageSpec, lock_path: Path) -> Optional[ContainerRecord]:
     """The container the pipeline's pull falls back on where no registry answers, if there is one."""
     try:
-        store = image_store_of(profile)
+        store = store_of(profile.runtime)
     except HvdflowError:
         return None
-    return store.pinned(spec, lock_path, profile.execmode)
+    return store.pinned(spec, lock_path, profile.runtime.execmode)
 
 
 def open_mpi(profile: ClusterProfile, specs: Sequence[ImageSpec]) -> Optional[Finding]:

@@ -35,7 +35,7 @@ def node_job(profile: DoctorProfile, largest_dataset: int, wait: float = DEFAULT
     warning naming Slurm's reason where no node took it within ``wait`` seconds."""
     cluster = profile.cluster.slurm
     assert cluster is not None
-    base = host.existing_parent(profile.cluster.udocker_dir)
+    base = host.existing_parent(profile.cluster.runtime.udocker_dir)
     with tempfile.NamedTemporaryFile("w", dir=base, prefix=".hvdflow-doctor-", delete=True) as probe:
         expected = f"{socket.gethostname()} {os.getpid()} {time.time()}"
         probe.write(expected)
@@ -44,7 +44,7 @@ def node_job(profile: DoctorProfile, largest_dataset: int, wait: float = DEFAULT
                    *([f"--account={profile.account}"] if profile.account else []),
                    *([f"--gres={cluster.gpu_gres(cluster.gpus_per_node)}"] if cluster.gpus_per_node else [])]
         program = [sys.executable, "-m", "hvdflow.doctor.node", "--profile-file", str(profile.cluster.path.resolve()),
-                   "--probe", probe.name, "--expected", expected, "--what", str(profile.cluster.udocker_dir),
+                   "--probe", probe.name, "--expected", expected, "--what", str(profile.cluster.runtime.udocker_dir),
                    "--need-bytes", str(largest_dataset)]
         outcome = run_probe_job(probe_name(JOB_PREFIX), options, program, with_this_hvdflow(os.environ), wait,
                                 lambda line: say(f"hvdflow doctor: node {line}"))

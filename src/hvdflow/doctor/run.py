@@ -35,11 +35,11 @@ def _config(workdir: Path, config_file: Path) -> tuple[dict[str, Any], dict[str,
 
 def _runtime_checks(cluster: ClusterProfile, catalog: dict[str, ImageSpec], lock: Path, used: list[str]
                     ) -> Iterator[Finding]:
-    if cluster.runtime == "udocker":
+    if cluster.runtime.kind == "udocker":
         yield host.udocker_directory(cluster)
         yield host.seccomp_trace()
         yield host.proot_runs(cluster)
-    yield host.user_namespaces(cluster.execmode)
+    yield host.user_namespaces(cluster.runtime.execmode)
     yield host.image_builds()
     yield from host.images_available(cluster, catalog, lock, used)
     mpi = host.open_mpi(cluster, [catalog[name] for name in used])
@@ -87,7 +87,7 @@ def run_doctor(profile_name: Optional[str], workdir: Path, config_file: Path, ab
         return
     cluster = profile.cluster
     about["profile"] = profile.name
-    yield ok("profile", f"{profile.name}: runtime {cluster.runtime}, launcher {cluster.launcher}, "
+    yield ok("profile", f"{profile.name}: runtime {cluster.runtime.kind}, launcher {cluster.launcher}, "
              f"scheduler {'slurm' if cluster.slurm else 'none'}, registry {cluster.registry}")
     yield from _runtime_checks(cluster, catalog, lock, images_used(config, catalog))
     if cluster.slurm is not None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
 from hvdflow.errors import ConfigError
+
+_UNSET = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_DEFAULTED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}")
 
 
 def syntax_error(path: Path, exc: yaml.YAMLError) -> ConfigError:
@@ -59,3 +64,15 @@ def expect(where: str, value: Any, kind: type | tuple[type, ...]) -> Any:
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise ConfigError(f"{where}: expected {names}, got {value!r}")
     return value
+
+
+def expanded(where: str, value: Any) -> str:
+    """A setting's text with ``~``, ``$VARIABLE`` and ``${VARIABLE:-default}`` expanded (a default also where the
+    variable is empty); ConfigError naming ``where`` for a variable that is not set and has no default."""
+    text = str(expect(where, value, (str, int)))
+    defaulted = _DEFAULTED.sub(lambda m: os.environ.get(m.group(1)) or m.group(2), text)
+    result = os.path.expanduser(os.path.expandvars(defaulted))
+    missing = _UNSET.search(result)
+    if missing:
+        raise ConfigError(f"{where}: environment variable ${missing.group(1)} is not set (value {text!r})")
+    return result

@@ -1,7 +1,7 @@
 """Which udocker mode runs a rank, chosen on the node the rank starts on.
 
 ``python -m hvdflow.images.execmode_choice RUNS`` is what a launcher starts for each rank where the profile's
-``execmode`` is a runc mode or ``auto`` (:meth:`hvdflow.launch.runtime.udocker.UdockerRuntime.command`). ``RUNS`` is a
+``execmode`` is a runc mode or ``auto`` (:meth:`hvdflow.runtime.udocker.runtime.UdockerRuntime.command`). ``RUNS`` is a
 JSON object: ``runs``, mode → that mode's ``udocker run`` command line (``{"R1": [...]}`` for ``execmode: R1``,
 ``{"R1": [...], "P1": [...]}`` for ``auto``), and ``no_runc``, why ``auto`` offers P1's alone (Open MPI's ranks, or no
 R1 container was made). The node is probed (:func:`~hvdflow.images.runc_probe.probe_runc_mode`: a user namespace

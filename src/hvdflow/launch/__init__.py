@@ -1,6 +1,6 @@
-"""Starting Horovod ranks: the runtimes (a udocker container or a native venv), process supervision, the rank
-environment and rendezvous server of a Gloo launch, and the local launchers (Gloo, host ``mpirun``).
+"""Starting Horovod ranks: process supervision, the rank environment and rendezvous server of a Gloo launch, and
+the local launchers (Gloo, host ``mpirun``), each running its ranks in the runtime it is given.
 
-Imports :mod:`hvdflow.images` (udocker, for the runtime and the native venv), :mod:`hvdflow.config` and
+Imports :mod:`hvdflow.runtime` (the runtime door), :mod:`hvdflow.images`, :mod:`hvdflow.config` and
 :mod:`hvdflow.files`; never Slurm or the pipeline, which call down into it.
 """

@@ -26,7 +26,6 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from hvdflow.errors import LaunchError
 from hvdflow.launch.request import ElasticLaunch, LaunchRequest
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import (
     ProgressFollower,
     StopRelay,
@@ -39,6 +38,7 @@ from hvdflow.launch.supervise import (
     stop,
     stopped_error,
 )
+from hvdflow.runtime import Runtime
 from hvdflow_runstate import STOPPED_EXIT
 from hvdflow_wire.elastic import (
     DriverResult,

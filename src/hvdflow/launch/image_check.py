@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 
 from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.launch.runtime import Runtime
+from hvdflow.runtime import Runtime
 
 MIN_PYTHON = (3, 8)
 """The oldest Python the in-container code's grammar allows."""

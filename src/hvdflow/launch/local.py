@@ -3,7 +3,7 @@
 - Gloo: hvdflow starts Horovod's rendezvous server (from the runtime) and waits until it accepts connections, then
   one process per rank with the Horovod variables of :mod:`hvdflow.launch.rank_env`. No MPI, ssh or horovodrun.
 - MPI: the host's ``mpirun`` starts one ``udocker run --hostenv`` per rank; the container's Open MPI must match.
-Both run in either runtime (udocker or native, :mod:`hvdflow.launch.runtime`); each rank writes its own log and is
+Both run in either runtime (udocker or native, :mod:`hvdflow.runtime`); each rank writes its own log and is
 bound to its cores (:mod:`hvdflow.launch.cpus`): Gloo's with ``sched_setaffinity``, MPI's with ``taskset``.
 """
 
@@ -20,8 +20,8 @@ from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.rank_env import horovod_gloo_env, placements
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.request import LaunchRequest
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import ProgressFollower, Supervised, start, stop, supervise, supervise_mpirun
+from hvdflow.runtime import Runtime
 
 
 @contextmanager

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hvdflow.errors import LaunchError
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import Supervised, log_tail, start, stop
+from hvdflow.runtime import Runtime
 
 RENDEZVOUS_TIMEOUT = 300.0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from hvdflow.errors import LaunchError, RunStopped
-from hvdflow.launch.runtime import Runtime
+from hvdflow.runtime import Runtime
 from hvdflow_runstate import STOPPED_EXIT
 from hvdflow_wire.user_code import user_code_error
 

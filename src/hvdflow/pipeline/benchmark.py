@@ -21,10 +21,10 @@ from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic, write_text_atomic
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.request import LaunchRequest
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.dispatch import launch
 from hvdflow.pipeline.stages import cpu_plan
+from hvdflow.runtime import Runtime
 from hvdflow.slurm.jobinfo import current_job, start_time
 from hvdflow_wire import WireError
 from hvdflow_wire.benchmark import BenchmarkResult

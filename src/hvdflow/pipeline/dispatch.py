@@ -12,7 +12,7 @@ from hvdflow.launch import faults
 from hvdflow.launch.elastic import ElasticJob, LocalWorkers, launch_elastic
 from hvdflow.launch.local import launch_gloo_local, launch_mpi_local, ranks_tmpdir
 from hvdflow.launch.request import LaunchRequest
-from hvdflow.launch.runtime import Runtime
+from hvdflow.runtime import Runtime
 from hvdflow.slurm.launch import launch_slurm_elastic, launch_slurm_gloo, launch_slurm_mpi
 
 

@@ -31,13 +31,13 @@ from hvdflow.config.user_code import UserModel, code_files, tree_sha256
 from hvdflow.files.cache import sha256_file
 from hvdflow.images.lockfile import read_lock
 from hvdflow.launch.elastic import read_events, timeline
-from hvdflow.launch.runtime import RuntimeSettings, recorded_engine
+from hvdflow.runtime import recorded_engine
 from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
 from hvdflow_index import content_sha256
 from hvdflow_wire.rank import RankResult
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 """The shape of run.json; raised whenever a key changes meaning or goes away."""
 
 
@@ -182,7 +182,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                   "digest": image["digest"], "container": image["container"], "execmode": image["execmode"],
                   "runc_container": image.get("runc_container")},
         "image_check": json.loads(image_check_path(image_record).read_text()),
-        "runtime": profile.runtime,
+        "runtime": profile.runtime.kind,
         "launcher": profile.launcher,
         "code": {**_git_revision(code_location()), "hvdflow_source": str(code_location())},
         "user_code": _user_code(spec),
@@ -196,7 +196,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
                      "hvdflow": __version__, "udocker": _package_version("udocker"),
                      "snakemake": _package_version("snakemake"),
                      "slurm": _slurm_version() if profile.slurm else None},
-        "proot": recorded_engine(RuntimeSettings.of_profile(profile, Path(config["catalog"])), image),
+        "proot": recorded_engine(profile.runtime, image),
         "machines": _machines(results),
         "numerics": results[0].numerics,
         "ranks": [{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",

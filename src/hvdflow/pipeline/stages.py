@@ -1,6 +1,6 @@
 """The pipeline's stages: list, prepare, gather, train and evaluate, each one function a rule's step calls.
 
-Each stage runs the in-container code through a runtime (:mod:`hvdflow.launch.runtime`), writes its outputs, and
+Each stage runs the in-container code through a runtime (:mod:`hvdflow.runtime`), writes its outputs, and
 writes the file that marks it complete last, so a failed stage never leaves outputs that look complete.
 A training's ranks go to their launcher through the one dispatcher (:func:`hvdflow.pipeline.dispatch.launch`).
 """
@@ -26,7 +26,6 @@ from hvdflow.launch import faults
 from hvdflow.launch.cpus import CpuPlan, local_plan, slurm_plan
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.request import ElasticLaunch, ElasticSettings, LaunchRequest
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import note, run_one
 from hvdflow.pipeline.dispatch import launch
 from hvdflow.pipeline.resume import (
@@ -37,6 +36,7 @@ from hvdflow.pipeline.resume import (
     prepare_checkpoint_folder,
     stopped_after_signal_checkpoint,
 )
+from hvdflow.runtime import Runtime
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
 from hvdflow_index import DATASET_FILE, PrepareError, gather
 from hvdflow_wire import WireError

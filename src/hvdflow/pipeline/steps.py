@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
@@ -24,7 +24,6 @@ from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.runc_probe import probe_runc_mode
 from hvdflow.launch import faults
 from hvdflow.launch.image_check import ImageCheck, check_image, needs_of, refusal, table
-from hvdflow.launch.runtime import ImageStore, RuntimeSettings, image_store_of, make_runtime, runtime_for, setup_log
 from hvdflow.launch.supervise import note
 from hvdflow.pipeline.benchmark import measure, read_rows, summarize
 from hvdflow.pipeline.record import run_record
@@ -39,6 +38,7 @@ from hvdflow.pipeline.stages import (
     prepare_chunk,
     train,
 )
+from hvdflow.runtime import ImageStore, RuntimeSettings, as_kind, make_runtime, runtime_for, setup_log, store_of
 from hvdflow.slurm.requeue import requeue_or_explain
 from hvdflow_wire.user_code import USER_CODE_WARNING
 
@@ -82,7 +82,7 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
     """Pull, verify and lock ``image`` (with no registry: take the loaded image the lock pins, verified), create its
     container once, check that it holds what the workflow's jobs need of it (``hvdflow image check``, cached by
     digest), and write its record and the check's; an image that lacks a part is refused here, before any job."""
-    store = image_store_of(profile)
+    store = store_of(profile.runtime)
     with logged(log, store.progress):
         spec = get_image(load_catalog(catalog), image, catalog)
         record = _pulled(store, spec, profile, lock, log)
@@ -92,7 +92,7 @@ def pull_step(image: str, profile: ClusterProfile, catalog: Path, lock: Path, re
                     f"no R1 container, because {probe_runc_mode().cause()}")
                  + "; each rank chooses on its own node (its log says which)")
         # the image is checked in udocker, whichever runtime the profile's jobs use
-        runtime = make_runtime(replace(RuntimeSettings.of_profile(profile, catalog), kind="udocker"), record)
+        runtime = make_runtime(as_kind(profile.runtime, "udocker", profile.launcher), record, catalog)
         # CUDA and NCCL are asked of a GPU image only: a CPU image may run on GPU nodes (on their CPUs)
         checks = [check_image(runtime, record.digest, store.checks_dir,
                               needs_of(purposes, profile.launcher, spec.device == "gpu", sources, framework))
@@ -112,11 +112,11 @@ def _pulled(store: ImageStore, spec: ImageSpec, profile: ClusterProfile, lock: P
     """The image's container: pulled (or loaded) and verified against the lock, then created once. Where the
     registry cannot be reached at all, the container made earlier from the pinned digest serves, said in the log."""
     if profile.registry == NO_REGISTRY:
-        return store.create(spec, store.loaded(spec, lock), profile.execmode)
+        return store.create(spec, store.loaded(spec, lock), profile.runtime.execmode)
     try:
-        return store.create(spec, store.pull(spec, profile.registry, lock), profile.execmode)
+        return store.create(spec, store.pull(spec, profile.registry, lock), profile.runtime.execmode)
     except RegistryUnreachable as unreachable:
-        record = store.pinned(spec, lock, profile.execmode)
+        record = store.pinned(spec, lock, profile.runtime.execmode)
         if record is None:
             raise
         note(log, f"hvdflow: {unreachable}; using container {record.container}, made from the pinned digest "
@@ -128,7 +128,7 @@ def list_step(name: str, entry: Mapping[str, Any], profile: ClusterProfile, cata
               manifest: Path, log: Path) -> None:
     """List dataset ``name``'s samples into the manifest directory, cut into the entry's number of chunks."""
     with logged(log, run_log_tail(log)):
-        list_dataset(runtime_for(profile, image_record, catalog), resolved_spec(name, entry), entry["chunks"],
+        list_dataset(runtime_for(profile.runtime, image_record, catalog), resolved_spec(name, entry), entry["chunks"],
                      manifest.resolve(), log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
@@ -136,7 +136,7 @@ def chunk_step(chunk: int, profile: ClusterProfile, catalog: Path, image_record:
                log: Path) -> None:
     """Prepare one chunk of a manifest into its shard directory (its program reports the samples done)."""
     with logged(log, run_log_tail(log)):
-        prepare_chunk(runtime_for(profile, image_record, catalog), manifest.resolve(), chunk, out.resolve(),
+        prepare_chunk(runtime_for(profile.runtime, image_record, catalog), manifest.resolve(), chunk, out.resolve(),
                       log.resolve().with_suffix(".run.log"), profile.step_timeout)
 
 
@@ -154,13 +154,13 @@ def train_step(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
     refuses, or outside Slurm, the step fails so that the rule's retries (or the next call) resume it.
     ``HVDFLOW_INJECT_RANK_FAILURE`` makes a rank fail on purpose (for tests: :mod:`hvdflow.launch.faults`).
     """
-    with logged(log, runtime_setup_detail(RuntimeSettings.of_profile(profile, Path(config["catalog"])), image_record)):
+    with logged(log, runtime_setup_detail(profile.runtime, image_record)):
         started = time.time()
         out_dir, logs_dir = record_out.parent.resolve(), log.resolve().with_suffix("")
         digest = str(json.loads(image_record.read_text())["digest"])
         try:
             train_spec = TrainSpec.from_config(spec)
-            results = train(runtime_for(profile, image_record, Path(config["catalog"])), profile.launcher,
+            results = train(runtime_for(profile.runtime, image_record, Path(config["catalog"])), profile.launcher,
                             train_spec, index.parent.resolve(), out_dir, logs_dir,
                             identity_of(spec, digest, index), iface=profile.network_interface,
                             fail=faults.injected_rank_failure(),
@@ -181,7 +181,7 @@ def evaluate_step(profile: ClusterProfile, catalog: Path, image_record: Path, mo
                   log: Path, user: Optional[UserModel] = None) -> None:
     """Test-set metrics of a trained model (a user's own: its code imported first, for its custom layers)."""
     with logged(log, run_log_tail(log)):
-        evaluate(runtime_for(profile, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
+        evaluate(runtime_for(profile.runtime, image_record, catalog), model.resolve(), index.parent.resolve(), out.resolve(),
                  log.resolve().with_suffix(".run.log"), profile.step_timeout, user)
 
 
@@ -190,9 +190,9 @@ def benchmark_measure_step(measurement: Measurement, spec: BenchmarkSpec, profil
     """One benchmark measurement in its runtime (udocker in the profile's mode or the one the runtime names, or the
     native venv of the same image's packages)."""
     kind, mode = runtime_kind(measurement.runtime)
-    settings = RuntimeSettings.of_profile(replace(profile, runtime=kind), catalog)
+    settings = as_kind(profile.runtime, kind, profile.launcher)
     with logged(log, runtime_setup_detail(settings, image_record)):
-        runtime = runtime_for(replace(profile, runtime=kind), image_record, catalog, mode)
+        runtime = runtime_for(settings, image_record, catalog, mode)
         measure(runtime, profile.launcher, spec, measurement, out.resolve(), log.resolve().with_suffix(""),
                 profile.slurm, profile.network_interface, profile.step_timeout, log.resolve(), profile.cpu_bind)
 
@@ -249,7 +249,7 @@ def check_model_rule(input: Any, output: Any, log: Any, params: Any, config: Map
         if user is None:
             raise LaunchError(f"experiment {params.name} trains a built-in model; there is no code to check")
         run_log = Path(log[0]).resolve().with_suffix(".run.log")
-        built = check_user_model(runtime_for(profile, Path(input.image), Path(config["catalog"])), user,
+        built = check_user_model(runtime_for(profile.runtime, Path(input.image), Path(config["catalog"])), user,
                                  Path(input.index).parent.resolve(), Path(output.check).resolve(), run_log,
                                  profile.step_timeout, spec.deterministic, spec.framework)
         print(f"hvdflow: {user.entry} of {user.code}: {built.summary}")

@@ -19,16 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from hvdflow.config.profile import recorded_runtime
 from hvdflow.errors import HvdflowError, RerunRefused
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.images.catalog import get_image, load_catalog
 from hvdflow.images.offline import NO_REGISTRY
-from hvdflow.launch.runtime import image_store
 from hvdflow.rerun import inputs
 from hvdflow.rerun.compare import DEFAULT_TOLERANCE, Comparison, compare, table
 from hvdflow.rerun.recreate import Settings, read_record, recreate, workdir_of
 from hvdflow.rerun.user_code import restore_user_code
 from hvdflow.rerun.worktree import check_out, remove, repository_of
+from hvdflow.runtime import image_store
 
 LOG_TAIL = 3000
 
@@ -98,7 +99,8 @@ def _load_recorded_image(record: dict, root: Path, settings: Settings, archive: 
     recorded digest, so an archive of other bytes is refused with both digests named."""
     catalog = root / record["config"]["catalog"]
     spec = get_image(load_catalog(catalog), record["image"]["name"], catalog)
-    store = image_store(record["profile"].get("runtime", "udocker"), Path(record["profile"]["udocker_dir"]))
+    runtime = recorded_runtime(record["profile"])
+    store = image_store(runtime["kind"], Path(runtime["udocker_dir"]))
     print(f"hvdflow rerun: loading {spec.reference} from {archive}", flush=True)
     store.load(spec, archive.resolve(), root / settings.lock)
 

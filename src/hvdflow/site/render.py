@@ -87,10 +87,11 @@ def hvdflow_yaml(site: SiteProfile) -> str:
     """hvdflow's settings of the cluster (checked by :mod:`hvdflow.config.profile`)."""
     lines = _header(site, "hvdflow's settings") + [
         _line(0, "registry", site.registry.value, site.registry.said),
-        _line(0, "runtime", "udocker", "no root, no admin"),
-        _line(0, "execmode", site.execmode.value, site.execmode.said),
-        _line(0, "proot", "image", "the image's seccomp-accelerated proot"),
-        _line(0, "udocker_dir", "${HVDFLOW_UDOCKER_DIR:-~/.local/share/hvdflow/udocker}",
+        "runtime:",
+        _line(2, "kind", "udocker", "no root, no admin"),
+        _line(2, "execmode", site.execmode.value, site.execmode.said),
+        _line(2, "proot", "image", "the image's seccomp-accelerated proot"),
+        _line(2, "udocker_dir", "${HVDFLOW_UDOCKER_DIR:-~/.local/share/hvdflow/udocker}",
               "on the shared home: every node sees it"),
         _line(0, "launcher", "gloo", "srun starts one rank per task"),
         _line(0, "network_interface", site.network_interface.value, site.network_interface.said),

@@ -19,8 +19,8 @@ from typing import Mapping, Optional, Sequence
 
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import Supervised, signal_group, start
+from hvdflow.runtime import Runtime
 from hvdflow.slurm.jobinfo import healthy_nodes
 from hvdflow.slurm.rank_task import DROP_SIGNAL
 from hvdflow.slurm.srun import rank_program, worker_step

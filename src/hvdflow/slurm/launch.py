@@ -37,8 +37,8 @@ from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.netaddr import rank_interface, rendezvous_address
 from hvdflow.launch.rendezvous import start_rendezvous_server
 from hvdflow.launch.request import LaunchRequest
-from hvdflow.launch.runtime import Runtime
 from hvdflow.launch.supervise import HOROVOD_SHUTDOWN, ProgressFollower, log_tail, start, stop, supervise, supervise_mpirun
+from hvdflow.runtime import Runtime
 from hvdflow.slurm.elastic import SlurmWorkers
 from hvdflow.slurm.jobinfo import current_job, job_nodes
 from hvdflow.slurm.layout import gpus_per_node_needed, max_tasks_per_node

@@ -2,7 +2,7 @@
 
 ``python -m hvdflow.slurm.rank_task TASK.json`` reads the launch written by :mod:`hvdflow.slurm.launch`, finds this task's
 rank and local rank, keeps the one GPU of its local rank visible, does what the runtime asked for to expose it
-(:func:`hvdflow.launch.runtime.expose_gpus`: udocker's NVIDIA set-up once per container and node where a driver
+(:func:`hvdflow.runtime.expose_gpus`: udocker's NVIDIA set-up once per container and node where a driver
 exists), adds Horovod's Gloo variables (rendezvous address from the run directory), and runs the runtime's command in
 its own process group, forwarding TERM, USR1 and INT to it, its output in ``rank-<r>.log``. A rank that exits non-zero
 leaves ``rank-<r>.failed.json`` (host, exit code, time), so the launcher can tell the rank that failed first from those
@@ -26,8 +26,8 @@ from hvdflow.files.private import RANKS_TMPDIR, check_private
 from hvdflow.launch.cpus import cpu_list
 from hvdflow.launch.netaddr import rank_interface
 from hvdflow.launch.rank_env import horovod_gloo_env
-from hvdflow.launch.runtime import expose_gpus
 from hvdflow.launch.supervise import STOP_SIGNALS, exit_text, ignore_stop_signals
+from hvdflow.runtime import expose_gpus
 from hvdflow.slurm.env import global_rank_of, gpu_for_rank, local_rank_of, local_size_of, slurm_placement
 from hvdflow_runstate import STOPPED_EXIT
 from hvdflow_wire import WireError

@@ -2,7 +2,7 @@
 pull step, ``hvdflow image``, ``hvdflow doctor`` and ``hvdflow rerun`` use, so that none of them knows the engine.
 
 Every store checks what it holds against the lock file's digest (a pulled image's manifest and blobs, a loaded
-archive's layers) before a container is made from it; :func:`hvdflow.launch.runtime.base.image_store` builds the one
+archive's layers) before a container is made from it; :func:`hvdflow.runtime.base.image_store` builds the one
 a runtime kind uses.
 """
 

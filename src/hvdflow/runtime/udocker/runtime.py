@@ -18,8 +18,8 @@ from hvdflow.images.pull import NO_RUNC_CONTAINER, ContainerRecord
 from hvdflow.images.runc_probe import launcher_refused
 from hvdflow.images.udocker import Udocker, allow_root_from_env, output_tail, run_argv
 from hvdflow.images.udocker_tools import engine_binary
-from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
-from hvdflow.launch.runtime.settings import RuntimeSettings
+from hvdflow.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
+from hvdflow.runtime.settings import RuntimeSettings
 from hvdflow_wire.task import NvidiaSetup
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")
@@ -113,11 +113,11 @@ class UdockerRuntime:
         return {"proot": str(self.udocker.proot)}
 
 
-def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> UdockerRuntime:
+def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord, catalog: Optional[Path]) -> UdockerRuntime:
     """The udocker runtime of ``record``'s container, its proot the one ``settings`` chooses. (Whether a runc mode
     can run is asked on each rank's node: :mod:`hvdflow.images.execmode_choice`.)"""
     udocker_dir = Path(record.udocker_dir)
-    proot = engine_binary(udocker_dir, record.container, settings.proot)
+    proot = engine_binary(udocker_dir, record.container, settings.options.proot)
     return UdockerRuntime(Udocker(udocker_dir, allow_root=settings.allow_root, proot=proot), record.container,
                           record.execmode, record.runc_container)
 
@@ -125,11 +125,12 @@ def udocker_runtime(settings: RuntimeSettings, record: ContainerRecord) -> Udock
 def udocker_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:
     """The proot that ran udocker's P1/P2 modes, for the run record: the profile's choice, the binary and its sha256
     (the binary None, with a note, where the container does not carry the chosen one)."""
+    choice = settings.options.proot
     try:
-        binary = engine_binary(Path(image["udocker_dir"]), image["container"], settings.proot)
+        binary = engine_binary(Path(image["udocker_dir"]), image["container"], choice)
     except UdockerError as exc:
-        return {"choice": settings.proot, "binary": None, "sha256": None, "note": str(exc)}
-    return {"choice": settings.proot, "binary": str(binary), "sha256": sha256_file(binary)}
+        return {"choice": choice, "binary": None, "sha256": None, "note": str(exc)}
+    return {"choice": choice, "binary": str(binary), "sha256": sha256_file(binary)}
 
 
 def nvidia_driver_version() -> str | None:

@@ -12,8 +12,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow.errors import ConfigError
 from hvdflow.images.pull import ContainerRecord
-from hvdflow.launch.runtime.packages import CONTAINER_PACKAGES, package_dir
-from hvdflow.launch.runtime.settings import RuntimeSettings
+from hvdflow.runtime.packages import CONTAINER_PACKAGES, package_dir
+from hvdflow.runtime.settings import RuntimeSettings
 from hvdflow_wire.task import NvidiaSetup
 
 
@@ -59,15 +59,16 @@ def native_recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) 
 
 def native_setup_log(settings: RuntimeSettings, image: str) -> Optional[Path]:
     """The log of the native venv's creation for ``image`` (the wheels, Horovod's compile, pip)."""
-    from hvdflow.launch.runtime.native_venv import build_log
+    from hvdflow.runtime.native.venv import build_log
 
-    return None if settings.native_venv_dir is None else build_log(settings.native_venv_dir, image)
+    return build_log(settings.options.venv_dir, image)
 
 
-def native_runtime(settings: RuntimeSettings, record: ContainerRecord) -> NativeRuntime:
-    """The native runtime of ``record``'s image: its venv, created on first use (:mod:`.native_venv`)."""
-    if settings.native_venv_dir is None or settings.catalog is None:
-        raise ConfigError("the native runtime needs the profile's native_venv_dir and the image catalogue")
-    from hvdflow.launch.runtime.native_venv import native_python
+def native_runtime(settings: RuntimeSettings, record: ContainerRecord, catalog: Optional[Path]) -> NativeRuntime:
+    """The native runtime of ``record``'s image: its venv, created on first use (:mod:`.venv`) from the recipe
+    ``catalog`` names."""
+    if catalog is None:
+        raise ConfigError("the native runtime needs the image catalogue (its venv is built from the image's recipe)")
+    from hvdflow.runtime.native.venv import native_python
 
-    return NativeRuntime(native_python(settings.native_venv_dir, record.image, settings.catalog))
+    return NativeRuntime(native_python(settings.options.venv_dir, record.image, catalog))

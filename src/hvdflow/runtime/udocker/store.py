@@ -1,4 +1,4 @@
-"""udocker's :class:`~hvdflow.launch.runtime.store.ImageStore`: images pulled by digest or loaded from an archive into
+"""udocker's :class:`~hvdflow.runtime.store.ImageStore`: images pulled by digest or loaded from an archive into
 one user's udocker directory, verified there, and its containers (P1, R1, or both under ``execmode: auto``)."""
 
 from __future__ import annotations
