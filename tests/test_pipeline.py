@@ -66,7 +66,7 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
     assert record["versions"]["tensorflow"] == "2.15.1" and record["versions"]["horovod"] == "0.28.1"
     assert record["seeds"] == {"training": 1234, "split": 42}
-    assert record["config"]["experiment"]["epochs"] == 10 and record["profile"]["runtime"] == "udocker"
+    assert record["config"]["experiment"]["epochs"] == 10 and record["profile"]["runtime"]["kind"] == "udocker"
     index = demo.json("resources/datasets/digits/index.json")
     assert index["splits"]["train"]["records"] + index["splits"]["validation"]["records"] + 359 == 1797
     for split in index["splits"].values():
@@ -319,8 +319,8 @@ def test_a_runtime_added_as_its_folder_and_its_registry_line_trains_the_demo_to_
     settings["runtime"]["proot"] = "host"
     (pipeline.root / "profiles" / "toy" / "hvdflow.yaml").write_text(yaml.safe_dump(settings))
     refused = pipeline.snakemake("--dry-run", profile="toy")
-    assert refused.returncode != 0 and "runtime.proot: a key of runtime kind udocker, not of toy" in refused.stderr, (
-        refused.stderr[-3000:])
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "runtime.proot: a key of runtime kind udocker, not of toy" in said, said[-3000:]
 
 
 def test_the_benchmark_measures_udockers_modes_against_native_and_reports_every_goal(

@@ -15,7 +15,17 @@ from hvdflow.runtime.packages import CONTAINER_PACKAGES, TRAINER_MOUNT, package_
 from hvdflow.runtime.settings import RuntimeSettings
 from hvdflow_wire.task import NvidiaSetup
 
-SYSTEM_BINDS = ("/proc", "/dev", "/sys")
+SYSTEM_BINDS = ("/proc", "/dev", "/sys", "/etc/hosts")
+"""The host's, bound into the root (``/etc/hosts``: Gloo finds this host's address by its name, as under udocker)."""
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+"""Where unshare, mount and chroot are (chroot in /usr/sbin, which an ordinary user's PATH often lacks)."""
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=SYSTEM_PATH)
+    if found is None:
+        raise ConfigError(f"runtime toy needs {name} (util-linux, coreutils)")
+    return found
 
 
 @dataclass(frozen=True)
@@ -44,16 +54,22 @@ class ToyRuntime:
         packages into the root, and ``chroot`` there to run ``argv`` with ``env``."""
         binds = [(p, p) for p in SYSTEM_BINDS] + [(str(p), str(p)) for p in paths]
         binds += [(str(package_dir(name)), f"{TRAINER_MOUNT}/{name}") for name in CONTAINER_PACKAGES]
-        for _, target in binds:
-            (self.root / target.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        for source, target in binds:
+            place = self.root / target.lstrip("/")
+            if Path(source).is_dir():
+                place.mkdir(parents=True, exist_ok=True)
+            elif not place.exists():
+                place.parent.mkdir(parents=True, exist_ok=True)
+                place.touch()
         full_env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "PYTHONPATH": TRAINER_MOUNT,
                     "PYTHONUNBUFFERED": "1", **env}
-        mounts = " && ".join(f"mount --rbind {shlex.quote(source)} {shlex.quote(str(self.root) + target)}"
+        mount = _tool("mount")
+        mounts = " && ".join(f"{mount} --rbind {shlex.quote(source)} {shlex.quote(str(self.root) + target)}"
                              for source, target in binds)
-        inner = shlex.join(["chroot", str(self.root), "/usr/bin/env", "-i",
+        inner = shlex.join([_tool("chroot"), str(self.root), "/usr/bin/env", "-i",
                             *[f"{k}={v}" for k, v in sorted(full_env.items())], *argv])
-        return ["unshare", "--user", "--map-root-user", "--mount", "--fork", "--kill-child",
-                "sh", "-c", f"{mounts} && exec {inner}"]
+        return [_tool("unshare"), "--user", "--map-root-user", "--mount", "--fork", "--kill-child",
+                "/bin/sh", "-c", f"{mounts} && exec {inner}"]
 
     def process_env(self) -> dict[str, str]:
         """The caller's environment (the command sets the container's own)."""
@@ -65,7 +81,7 @@ class ToyRuntime:
 
     def engine(self) -> dict[str, str]:
         """``unshare``, for the record."""
-        return {"unshare": shutil.which("unshare") or "unshare"}
+        return {"unshare": _tool("unshare")}
 
     def refusal(self, launcher: str) -> Optional[str]:
         """Open MPI's ranks are refused: mpirun's PMIx server is not reachable from the toy's namespaces."""
