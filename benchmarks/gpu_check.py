@@ -54,13 +54,13 @@ sys.path.insert(0, str(CHECKOUT / "src"))
 
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.errors import RunStopped  # noqa: E402
-from hvdflow.images.udocker import Udocker  # noqa: E402
 from hvdflow.images.udocker_tools import IMAGE_PROOT  # noqa: E402
 from hvdflow.pipeline.resume import identity_of  # noqa: E402
 from hvdflow.pipeline.smoke import DIGITS  # noqa: E402
 from hvdflow.pipeline.stages import prepare_dataset, train  # noqa: E402
 from hvdflow.runtime.native.runtime import NativeRuntime  # noqa: E402
 from hvdflow.runtime.packages import CONTAINER_PACKAGES, TRAINER_MOUNT, package_dir  # noqa: E402
+from hvdflow.runtime.udocker.client import Udocker  # noqa: E402
 from hvdflow.runtime.udocker.runtime import UdockerRuntime, expose_gpus  # noqa: E402
 from hvdflow_runstate import STOPPED_EXIT  # noqa: E402
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from hvdflow.config.profile import load_profile
-from hvdflow.images.udocker import run_argv
 from hvdflow.runtime import Runtime, runtime_for
+from hvdflow.runtime.udocker.client import run_argv
 from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
 IMPORT = "import tensorflow, horovod.tensorflow"

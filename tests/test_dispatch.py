@@ -12,10 +12,10 @@ import pytest
 import hvdflow.pipeline.dispatch as dispatch
 from hvdflow.config.profile import SlurmCluster
 from hvdflow.errors import LaunchError
-from hvdflow.images.udocker import Udocker
 from hvdflow.launch.cpus import local_plan
 from hvdflow.launch.job import TrainingJob
 from hvdflow.launch.request import ElasticLaunch, ElasticSettings, LaunchRequest
+from hvdflow.runtime.udocker.client import Udocker
 from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
 CLUSTER = SlurmCluster("/scratch", 0, "lo")

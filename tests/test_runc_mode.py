@@ -39,7 +39,7 @@ def r1_pull(hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> list[st
 RUN_IN_CONTAINER = """
 import json, sys
 from pathlib import Path
-from hvdflow.images.udocker import Udocker, run_argv
+from hvdflow.runtime.udocker.client import Udocker, run_argv
 udocker = Udocker(Path(sys.argv[1]))
 env = {k: v for k, v in udocker.env().items() if k.startswith("UDOCKER_")}
 print(json.dumps([run_argv(udocker, sys.argv[3], sys.argv[4:], as_user=sys.argv[2] == "True"), env]))
@@ -191,7 +191,7 @@ def _launchers(root: Path) -> list[int]:
             text = cmdline.read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if "udocker_launcher.py" in text and "hvdflow_trainer.train" in text and str(root) in text:
+        if "runtime/udocker/launcher.py" in text and "hvdflow_trainer.train" in text and str(root) in text:
             found.append(int(cmdline.parent.name))
     return found
 

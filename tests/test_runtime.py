@@ -19,7 +19,6 @@ import pytest
 from conftest import REPO
 from hvdflow.errors import ConfigError, ImageError, UdockerError
 from hvdflow.images.execmode_choice import MODE_ENV, REFUSED, chooser_argv
-from hvdflow.images.pull import ContainerRecord, container_in_mode
 from hvdflow.images.runc_probe import RuncProbe
 from hvdflow.runtime import (
     ImageStore,
@@ -32,6 +31,7 @@ from hvdflow.runtime import (
     runtime_settings,
     section_schema,
 )
+from hvdflow.runtime.record import ContainerRecord, container_in_mode
 from hvdflow.runtime.registry import KINDS
 from hvdflow.runtime.udocker.runtime import LAST_EXIT
 from hvdflow_wire import WireError

@@ -23,8 +23,8 @@ from conftest import REPO, TEST_USER, _chown_tree, ordinary_user
 from hvdflow.config.profile import load_profile
 from hvdflow.errors import ConfigError, LaunchError
 from hvdflow.files.private import UnsafePlace
-from hvdflow.images.udocker import Udocker
 from hvdflow.launch.local import ranks_tmpdir
+from hvdflow.runtime.udocker.client import Udocker
 from hvdflow_index import FORMAT
 
 OTHER_USER = "hvdflow-other"

@@ -61,7 +61,7 @@ def test_gloo_two_ranks_train_to_identical_weights(gloo_smoke: tuple[subprocess.
 SECCOMP_OF_CONTAINER = """
 import sys
 from pathlib import Path
-from hvdflow.images.udocker import Udocker
+from hvdflow.runtime.udocker.client import Udocker
 from hvdflow.images.udocker_tools import engine_binary
 udocker_dir, container, choice = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 udocker = Udocker(udocker_dir, proot=engine_binary(udocker_dir, container, choice))

@@ -75,7 +75,7 @@ def test_the_engine_wrapper_runs_its_own_proot_with_no_environment(tmp_path: Pat
 def test_the_kernel_choosing_variables_reach_the_container_only_when_set(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # ONEDNN_MAX_CPU_ISA=AVX2 gave an AVX-512 machine the AVX2 machines' weights (docs/reproducibility.md)
-    from hvdflow.images.udocker import Udocker
+    from hvdflow.runtime.udocker.client import Udocker
     from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
     runtime = UdockerRuntime(Udocker(tmp_path, allow_root=True), "c1")

@@ -16,7 +16,7 @@ from hvdflow.errors import HvdflowError
 from hvdflow.files.heartbeat import heartbeat, to_stderr
 from hvdflow.images.catalog import PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.modes import PROFILE_EXECMODES
-from hvdflow.images.udocker import allow_root_from_env
+from hvdflow.runtime.settings import allow_root_from_env
 from hvdflow_wire.names import FRAMEWORKS
 
 if TYPE_CHECKING:

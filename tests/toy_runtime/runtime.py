@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from hvdflow.errors import ConfigError
-from hvdflow.images.pull import ContainerRecord
 from hvdflow.runtime.packages import CONTAINER_PACKAGES, TRAINER_MOUNT, package_dir
+from hvdflow.runtime.record import ContainerRecord
 from hvdflow.runtime.settings import RuntimeSettings
 from hvdflow_wire.task import NvidiaSetup
 

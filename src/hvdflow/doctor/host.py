@@ -23,11 +23,11 @@ from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
 from hvdflow.images.modes import AUTO_MODE, RUNC_MODES
 from hvdflow.images.offline import NO_REGISTRY
-from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.registry import resolve_manifest
 from hvdflow.images.runc_probe import probe_runc_mode
 from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
 from hvdflow.runtime import store_of
+from hvdflow.runtime.record import ContainerRecord
 
 UDOCKER_FREE_WARNING = 10 * 1024 ** 3
 """Free space below which the udocker directory gets a warning: an image is 1-3 GiB pulled, as much again created."""

@@ -2,7 +2,7 @@
 starts (:mod:`hvdflow.images.execmode_choice`) imports little."""
 
 EXECMODES = ("P1", "P2", "R1")
-"""udocker's modes hvdflow runs: proot (P1, P2) and rootless runc (R1, through :mod:`hvdflow.images.udocker_launcher`);
+"""udocker's modes hvdflow runs: proot (P1, P2) and rootless runc (R1, through :mod:`hvdflow.runtime.udocker.launcher`);
 R2/R3 run no faster than P1 here and the F modes need udocker's own patchelf (docs/research/udocker-r1-2026-11-27.md)."""
 RUNC_MODES = ("R1",)
 AUTO_MODE = "auto"

@@ -8,10 +8,10 @@ from pathlib import Path
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.errors import LaunchError
 from hvdflow.files.atomic import write_json_atomic
-from hvdflow.images.pull import ContainerRecord
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import prepare_dataset, train
 from hvdflow.runtime import Runtime
+from hvdflow.runtime.record import ContainerRecord
 from hvdflow_wire import WireError
 from hvdflow_wire.metrics import TrainingMetrics
 

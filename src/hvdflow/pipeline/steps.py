@@ -20,7 +20,6 @@ from hvdflow.files.heartbeat import file_size, fresh_last_line, heartbeat, last_
 from hvdflow.images.catalog import ImageSpec, get_image, load_catalog
 from hvdflow.images.modes import AUTO_MODE
 from hvdflow.images.offline import NO_REGISTRY
-from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.runc_probe import probe_runc_mode
 from hvdflow.launch import faults
 from hvdflow.launch.image_check import ImageCheck, check_image, needs_of, refusal, table
@@ -39,6 +38,7 @@ from hvdflow.pipeline.stages import (
     train,
 )
 from hvdflow.runtime import ImageStore, RuntimeSettings, as_kind, make_runtime, runtime_for, setup_log, store_of
+from hvdflow.runtime.record import ContainerRecord
 from hvdflow.slurm.requeue import requeue_or_explain
 from hvdflow_wire.user_code import USER_CODE_WARNING
 

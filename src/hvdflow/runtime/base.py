@@ -14,11 +14,10 @@ from typing import Any, Mapping, Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expanded, expect
-from hvdflow.images.pull import ContainerRecord, container_in_mode
-from hvdflow.images.udocker import allow_root_from_env
 from hvdflow.runtime.kind import Runtime, RuntimeKind
+from hvdflow.runtime.record import ContainerRecord, container_in_mode
 from hvdflow.runtime.registry import KINDS
-from hvdflow.runtime.settings import COMMON_SCHEMA, DEFAULT_UDOCKER_DIR, RuntimeSettings
+from hvdflow.runtime.settings import COMMON_SCHEMA, DEFAULT_UDOCKER_DIR, RuntimeSettings, allow_root_from_env
 from hvdflow.runtime.store import ImageStore
 from hvdflow.runtime.udocker.runtime import expose_gpus as udocker_expose_gpus
 from hvdflow_wire.task import NvidiaSetup
@@ -56,7 +55,7 @@ def make_runtime(settings: RuntimeSettings, record: ContainerRecord, catalog: Op
 
 def runtime_for(settings: RuntimeSettings, image_record: Path, catalog: Path, execmode: Optional[str] = None) -> Runtime:
     """The runtime ``settings`` asks for, with the image the record (a file the pull wrote) names; with ``execmode``,
-    udocker's container of that mode (:func:`~hvdflow.images.pull.container_in_mode`)."""
+    udocker's container of that mode (:func:`~hvdflow.runtime.udocker.pull.container_in_mode`)."""
     record = ContainerRecord.read(image_record)
     if execmode is not None:
         record = container_in_mode(record, execmode)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
-from hvdflow.images.pull import ContainerRecord
+from hvdflow.runtime.record import ContainerRecord
 from hvdflow.runtime.settings import KindOptions, RuntimeSettings
 from hvdflow.runtime.store import ImageStore
 from hvdflow_wire.task import NvidiaSetup

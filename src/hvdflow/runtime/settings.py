@@ -4,11 +4,16 @@ the kind's folder declares, checks and types (:class:`KindOptions`)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
-from hvdflow.images.udocker import allow_root_from_env
+
+def allow_root_from_env() -> bool:
+    """Whether ``HVDFLOW_ALLOW_ROOT=1`` is set: udocker refuses root otherwise."""
+    return os.environ.get("HVDFLOW_ALLOW_ROOT") == "1"
+
 
 DEFAULT_UDOCKER_DIR = "~/.local/share/hvdflow/udocker"
 COMMON_SCHEMA: dict[str, Any] = {

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Optional, Protocol, runtime_checkable
 
 from hvdflow.images.catalog import ImageSpec
-from hvdflow.images.pull import ContainerRecord
 from hvdflow.images.registry import Manifest
+from hvdflow.runtime.record import ContainerRecord
 
 
 @runtime_checkable

@@ -14,12 +14,12 @@ from hvdflow.files.cache import sha256_file
 from hvdflow.files.filelock import exclusive_lock
 from hvdflow.images.execmode_choice import MODE_ENV, chooser_argv
 from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, RUNC_MODES
-from hvdflow.images.pull import NO_RUNC_CONTAINER, ContainerRecord
 from hvdflow.images.runc_probe import launcher_refused
-from hvdflow.images.udocker import Udocker, allow_root_from_env, output_tail, run_argv
 from hvdflow.images.udocker_tools import engine_binary
 from hvdflow.runtime.packages import CONTAINER_PACKAGES, NUMERICS_ENV, TRAINER_MOUNT, package_dir
-from hvdflow.runtime.settings import RuntimeSettings
+from hvdflow.runtime.record import NO_RUNC_CONTAINER, ContainerRecord
+from hvdflow.runtime.settings import RuntimeSettings, allow_root_from_env
+from hvdflow.runtime.udocker.client import Udocker, output_tail, run_argv
 from hvdflow_wire.task import NvidiaSetup
 
 NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")

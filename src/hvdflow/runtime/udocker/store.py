@@ -9,10 +9,10 @@ from typing import Optional
 
 from hvdflow.files.heartbeat import size_text, tree_bytes
 from hvdflow.images.catalog import ImageSpec
-from hvdflow.images.offline import load_image, loaded_image
-from hvdflow.images.pull import ContainerRecord, ensure_container, pinned_container, pull_image
 from hvdflow.images.registry import Manifest
-from hvdflow.images.udocker import Udocker
+from hvdflow.runtime.udocker.client import Udocker
+from hvdflow.runtime.udocker.loaded import load_image, loaded_image
+from hvdflow.runtime.udocker.pull import ContainerRecord, ensure_container, pinned_container, pull_image
 
 
 @dataclass(frozen=True)

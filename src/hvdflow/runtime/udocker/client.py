@@ -27,7 +27,7 @@ ROOT_REFUSAL = (
 )
 
 
-LAUNCHER = Path(__file__).with_name("udocker_launcher.py")
+LAUNCHER = Path(__file__).with_name("launcher.py")
 """What hvdflow runs as ``udocker``: udocker's command line with its R1 mode made sound (the module's docstring)."""
 def udocker_interpreter(executable: str) -> str:
     """The Python that runs the ``udocker`` script ``executable`` (its ``#!`` line), which has udocker installed."""
@@ -47,11 +47,6 @@ def udocker_executable() -> str:
     if not found:
         raise UdockerError("udocker is not installed: pip install udocker==1.3.17 into hvdflow's environment")
     return found
-
-
-def allow_root_from_env() -> bool:
-    """Whether ``HVDFLOW_ALLOW_ROOT=1`` is set."""
-    return os.environ.get("HVDFLOW_ALLOW_ROOT") == "1"
 
 
 @dataclass(frozen=True)

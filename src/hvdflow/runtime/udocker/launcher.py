@@ -1,6 +1,6 @@
 """udocker's own command line with its runc mode (R1) made sound: what hvdflow runs instead of the ``udocker`` script.
 
-Run by file path with the interpreter of udocker's environment (``python3 udocker_launcher.py ARGS``, exactly as
+Run by file path with the interpreter of udocker's environment (``python3 launcher.py ARGS``, exactly as
 ``udocker ARGS``); it imports only the standard library and udocker, whose ``RuncEngine`` it changes in three places
 before handing over to udocker's ``main`` (udocker 1.3.17, ``udocker/engine/runc.py``; measured in
 docs/research/udocker-r1-2026-11-27.md). P1 and P2 (proot) and every other command are udocker's own.

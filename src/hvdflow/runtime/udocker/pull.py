@@ -12,9 +12,9 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_text_atomic
@@ -26,39 +26,10 @@ from hvdflow.images.modes import AUTO_FALLBACK_MODE, AUTO_MODE, AUTO_RUNC_MODE, 
 from hvdflow.images.registry import Manifest, resolve_manifest
 from hvdflow.images.registry_auth import Credentials
 from hvdflow.images.runc_probe import probe_runc_mode, require_runc_mode
-from hvdflow.images.udocker import Udocker
-from hvdflow_wire.values import from_json, read_object
+from hvdflow.runtime.record import ContainerRecord
+from hvdflow.runtime.udocker.client import Udocker
 
-NO_RUNC_CONTAINER = "no R1 container was made (the node that pulled the image could not run R1: its pull_image log says why)"
-"""Why ``execmode: auto``'s record names no R1 container: the runtime's and the benchmark's words alike."""
 PULL_LOCK_TIMEOUT = float(os.environ.get("HVDFLOW_LOCK_TIMEOUT", "1800"))
-
-
-@dataclass(frozen=True)
-class ContainerRecord:
-    """A created, verified container: what later steps run in."""
-
-    image: str
-    reference: str
-    registry: str
-    digest: str
-    container: str
-    execmode: str
-    udocker_dir: str
-    created: float
-    runc_container: Optional[str] = None
-    """Under ``execmode: auto``: the R1 container made beside ``container`` (P1's, every node's fallback), where the
-    node that made them could run R1; None otherwise."""
-
-    def to_json(self) -> str:
-        """The record as JSON, as written to the state directory and to the pipeline's image outputs."""
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def read(cls, path: Path) -> "ContainerRecord":
-        """The record in ``path`` (a record from before ``runc_container`` existed has none); WireError naming the
-        file and what is wrong."""
-        return from_json(cls, {"runc_container": None, **read_object(str(path))}, str(path))
 
 
 def container_name(spec: ImageSpec, digest: str, execmode: str) -> str:
@@ -214,21 +185,6 @@ def ensure_container(udocker: Udocker, spec: ImageSpec, manifest: Manifest, exec
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, record.to_json())
         return record
-
-
-def container_in_mode(record: ContainerRecord, mode: str) -> ContainerRecord:
-    """The record of ``record``'s container that runs ``mode``: its own, or one of ``auto``'s two (the benchmark
-    sets the modes side by side); ImageError naming why there is none."""
-    if record.execmode == mode:
-        return record
-    if record.execmode == AUTO_MODE and mode == AUTO_FALLBACK_MODE:
-        return replace(record, execmode=mode, runc_container=None)
-    if record.execmode == AUTO_MODE and mode == AUTO_RUNC_MODE and record.runc_container is not None:
-        return replace(record, container=record.runc_container, execmode=mode, runc_container=None)
-    if record.execmode == AUTO_MODE:
-        raise ImageError(f"image {record.image}: {NO_RUNC_CONTAINER}")
-    raise ImageError(f"image {record.image}: no {mode} container was made, only execmode {record.execmode}'s; set "
-                     f"execmode: auto or {mode} in the profile")
 
 
 def _auto_record(fallback: ContainerRecord, runc: ContainerRecord | None) -> ContainerRecord:
