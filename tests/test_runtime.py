@@ -167,6 +167,15 @@ def test_an_image_record_is_read_back_checked_and_a_malformed_one_named(tmp_path
         ContainerRecord.read(tmp_path / "bad.json")
 
 
+def test_each_kind_brings_its_own_checks_of_the_host_for_doctor(tmp_path: Path) -> None:
+    from hvdflow.runtime import host_checks
+
+    udocker = host_checks(_settings(tmp_path))
+    assert [f.check for f in udocker] == ["udocker directory", "seccomp", "proot"]
+    assert udocker[0].status != "failure" and "will be made" in udocker[0].detail  # a warning: under 10 GiB free
+    assert host_checks(_settings(tmp_path, "native")) == []  # the venv needs no engine of its own
+
+
 def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown runtime 'docker'; choose one of udocker, native"):
         make_runtime(replace(_settings(tmp_path), kind="docker"), _record(tmp_path))

@@ -3,46 +3,12 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-OK, WARNING, FAILURE = "ok", "warning", "failure"
-STATUSES = (OK, WARNING, FAILURE)
+from hvdflow.findings import FAILURE, OK, STATUSES, WARNING, Finding, failure, ok, warning
 
-
-@dataclass(frozen=True)
-class Finding:
-    """What one check found: ``status`` one of :data:`STATUSES`, ``detail`` what was seen (versions, paths, sizes),
-    ``fix`` one sentence that mends a warning or a failure ("" when ok)."""
-
-    check: str
-    status: str
-    detail: str
-    fix: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"finding {self.check}: status {self.status!r} is not one of {STATUSES}")
-
-    def as_json(self) -> dict[str, str]:
-        """The finding as a JSON object."""
-        return asdict(self)
-
-
-def ok(check: str, detail: str) -> Finding:
-    """A check that passed."""
-    return Finding(check, OK, detail)
-
-
-def warning(check: str, detail: str, fix: str) -> Finding:
-    """A check whose result works but costs speed or safety."""
-    return Finding(check, WARNING, detail, fix)
-
-
-def failure(check: str, detail: str, fix: str) -> Finding:
-    """A check whose result stops runs."""
-    return Finding(check, FAILURE, detail, fix)
-
+__all__ = ["FAILURE", "OK", "STATUSES", "WARNING", "Finding", "exit_status", "failure", "ok", "render_counts", "render_text",
+           "render_finding", "render_json", "warning"]
 
 def exit_status(findings: Iterable[Finding]) -> int:
     """1 if any finding is a failure, else 0 (warnings do not fail)."""

@@ -1,6 +1,7 @@
-"""The login node's checks of ``hvdflow doctor``: Python and hvdflow's pinned dependencies, udocker's directory, the
-proot engine (ptrace allowed, seccomp acceleration), user namespaces, each locked image at the registry (or loaded,
-with ``registry: none``), and Open MPI for ``launcher: mpi``."""
+"""The login node's checks of ``hvdflow doctor`` besides the runtime's own (:func:`hvdflow.runtime.host_checks`):
+Python and hvdflow's pinned dependencies, user namespaces and runc (udocker's R1 and rootless image builds), whether
+images can be built here, each locked image at the registry (or loaded, with ``registry: none``), and Open MPI for
+``launcher: mpi``."""
 
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ from typing import Mapping, Optional, Sequence
 from hvdflow.config.profile import ClusterProfile
 from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.errors import HvdflowError, RegistryUnreachable
-from hvdflow.files.heartbeat import size_text
-from hvdflow.files.private import in_shared_place
 from hvdflow.images.build.rootless import rootless_problem
 from hvdflow.images.catalog import ImageSpec
 from hvdflow.images.lockfile import read_lock
@@ -25,12 +24,8 @@ from hvdflow.images.modes import AUTO_MODE, RUNC_MODES
 from hvdflow.images.offline import NO_REGISTRY
 from hvdflow.images.registry import resolve_manifest
 from hvdflow.images.runc_probe import probe_runc_mode
-from hvdflow.images.udocker_tools import HOST_PROOT, engine_binary
 from hvdflow.runtime import store_of
 from hvdflow.runtime.record import ContainerRecord
-
-UDOCKER_FREE_WARNING = 10 * 1024 ** 3
-"""Free space below which the udocker directory gets a warning: an image is 1-3 GiB pulled, as much again created."""
 
 REQUIREMENT = re.compile(r'"?([A-Za-z0-9_.-]+)==([^";\s]+)')
 PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
@@ -79,77 +74,6 @@ def python_and_packages() -> Finding:
         return warning("python", f"{where}: {', '.join(other)}",
                        "pip install -c requirements/constraints.txt . gives the versions hvdflow is tested with")
     return ok("python", f"{where}, every pinned dependency at its version")
-
-
-def existing_parent(path: Path) -> Path:
-    """``path``, or its nearest folder that exists."""
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-def udocker_directory(profile: ClusterProfile) -> Finding:
-    """udocker's directory: writable (or creatable) by this user, free space, the user's alone in a shared place."""
-    where = profile.runtime.udocker_dir
-    base = existing_parent(where)
-    if not os.access(base, os.W_OK | os.X_OK):
-        return failure("udocker directory", f"{where}: {base} is not writable by this user",
-                       "set runtime.udocker_dir in the profile's hvdflow.yaml to a folder of yours that every node sees")
-    free = shutil.disk_usage(base).free
-    detail = f"{where} ({'exists' if where.exists() else 'will be made'}), {size_text(free)} free"
-    if where.exists() and in_shared_place(where) and where.stat().st_uid != os.getuid():
-        return failure("udocker directory", f"{detail}; it belongs to uid {where.stat().st_uid}",
-                       "choose a runtime.udocker_dir of your own: another user's folder would hold your images")
-    if free < UDOCKER_FREE_WARNING:
-        return warning("udocker directory", detail, f"free at least {size_text(UDOCKER_FREE_WARNING)} there, or move "
-                       "runtime.udocker_dir: each image takes 1-3 GiB pulled and as much again as a container")
-    return ok("udocker directory", detail)
-
-
-def seccomp_trace() -> Finding:
-    """Whether the kernel's seccomp can hand system calls to a tracer (``trace`` among its actions), which proot's
-    acceleration uses: without it every system call stops the process."""
-    actions = Path("/proc/sys/kernel/seccomp/actions_avail")
-    available = actions.read_text().split() if actions.exists() else []
-    if "trace" in available:
-        return ok("seccomp", "the kernel's seccomp offers trace: proot's acceleration works")
-    return warning("seccomp", f"{actions} lists {' '.join(available) or 'nothing'}: proot stops on every system call",
-                   "expect P1 to run like P2 here; runtime kind native (a venv of the image's packages) avoids proot")
-
-
-def _proot_for(profile: ClusterProfile) -> Optional[Path]:
-    """The proot the profile runs: the host's, or the one a container in the udocker directory carries; None if
-    no container is there yet."""
-    proot = profile.runtime.options.proot
-    if proot == "host":
-        return HOST_PROOT
-    for container in sorted((profile.runtime.udocker_dir / "containers").glob("*")):
-        try:
-            return engine_binary(profile.runtime.udocker_dir, container.name, proot)
-        except HvdflowError:
-            continue
-    return None
-
-
-def proot_runs(profile: ClusterProfile) -> Finding:
-    """The profile's proot runs a command here (ptrace is allowed: some sites forbid it)."""
-    if profile.runtime.kind != "udocker":
-        return ok("proot", f"not used (runtime: {profile.runtime.kind})")
-    proot = _proot_for(profile)
-    if proot is None:
-        return warning("proot", "no image is pulled yet, so the image's proot cannot be tried",
-                       "run the workflow once (it pulls the images), then run hvdflow doctor again")
-    if not proot.exists():
-        return failure("proot", f"{proot} is missing (profile runtime.proot: {profile.runtime.options.proot})",
-                       "set runtime.proot: image in the profile's hvdflow.yaml (the image carries one)")
-    proc = subprocess.run([str(proot), "-r", "/", "/bin/true"], capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        scope = Path("/proc/sys/kernel/yama/ptrace_scope")
-        said = f" (kernel.yama.ptrace_scope = {scope.read_text().strip()})" if scope.exists() else ""
-        return failure("proot", f"{proot} -r / /bin/true exited {proc.returncode}{said}: "
-                       f"{(proc.stderr or proc.stdout).strip()[-300:]}",
-                       "proot needs ptrace: ask the site for ptrace_scope 0 or 1, or use runtime kind native")
-    return ok("proot", f"{proot} runs commands (ptrace allowed)")
 
 
 def user_namespaces(execmode: Optional[str]) -> Finding:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 from hvdflow.code_location import with_this_hvdflow
-from hvdflow.doctor import host
 from hvdflow.doctor.findings import Finding, failure, ok, warning
 from hvdflow.doctor.node import read_node_report
 from hvdflow.doctor.profile_files import DoctorProfile
 from hvdflow.files.heartbeat import tree_bytes
+from hvdflow.files.private import existing_parent
 from hvdflow.slurm.probe_job import probe_name, run_probe_job
 from hvdflow_wire import WireError
 
@@ -35,7 +35,7 @@ def node_job(profile: DoctorProfile, largest_dataset: int, wait: float = DEFAULT
     warning naming Slurm's reason where no node took it within ``wait`` seconds."""
     cluster = profile.cluster.slurm
     assert cluster is not None
-    base = host.existing_parent(profile.cluster.runtime.udocker_dir)
+    base = existing_parent(profile.cluster.runtime.udocker_dir)
     with tempfile.NamedTemporaryFile("w", dir=base, prefix=".hvdflow-doctor-", delete=True) as probe:
         expected = f"{socket.gethostname()} {os.getpid()} {time.time()}"
         probe.write(expected)

@@ -18,6 +18,7 @@ from hvdflow.doctor.profile_files import DoctorProfile, load_doctor_profile
 from hvdflow.errors import HvdflowError
 from hvdflow.files.yamlfile import load_mapping
 from hvdflow.images.catalog import ImageSpec, load_catalog
+from hvdflow.runtime import host_checks
 
 
 def images_used(config: dict[str, Any], catalog: dict[str, ImageSpec]) -> list[str]:
@@ -35,10 +36,7 @@ def _config(workdir: Path, config_file: Path) -> tuple[dict[str, Any], dict[str,
 
 def _runtime_checks(cluster: ClusterProfile, catalog: dict[str, ImageSpec], lock: Path, used: list[str]
                     ) -> Iterator[Finding]:
-    if cluster.runtime.kind == "udocker":
-        yield host.udocker_directory(cluster)
-        yield host.seccomp_trace()
-        yield host.proot_runs(cluster)
+    yield from host_checks(cluster.runtime)
     yield host.user_namespaces(cluster.runtime.execmode)
     yield host.image_builds()
     yield from host.images_available(cluster, catalog, lock, used)

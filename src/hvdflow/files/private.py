@@ -110,3 +110,9 @@ def remove_own(path: Path) -> bool:
         path.unlink(missing_ok=True)
     return not os.path.lexists(path)
 
+
+def existing_parent(path: Path) -> Path:
+    """``path``, or its nearest folder that exists."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

@@ -14,6 +14,7 @@ imports this room to check its ``runtime:`` section), and ``hvdflow_wire``.
 from hvdflow.runtime.base import (
     as_kind,
     expose_gpus,
+    host_checks,
     image_store,
     make_runtime,
     recorded_engine,
@@ -27,6 +28,6 @@ from hvdflow.runtime.kind import Runtime, RuntimeKind
 from hvdflow.runtime.settings import RuntimeSettings
 from hvdflow.runtime.store import ImageStore
 
-__all__ = ["ImageStore", "Runtime", "RuntimeKind", "RuntimeSettings", "as_kind", "expose_gpus", "image_store",
+__all__ = ["ImageStore", "Runtime", "RuntimeKind", "RuntimeSettings", "as_kind", "expose_gpus", "host_checks", "image_store",
            "make_runtime", "recorded_engine", "runtime_for", "runtime_settings", "section_schema", "setup_log",
            "store_of"]

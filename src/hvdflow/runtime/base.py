@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional
 
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expanded, expect
+from hvdflow.findings import Finding
 from hvdflow.runtime.kind import Runtime, RuntimeKind
 from hvdflow.runtime.record import ContainerRecord, container_in_mode
 from hvdflow.runtime.registry import KINDS
@@ -104,6 +105,11 @@ def runtime_settings(where: str, section: Any, launcher: str) -> RuntimeSettings
     udocker_dir = Path(expanded(f"{where}.udocker_dir", section.get("udocker_dir", DEFAULT_UDOCKER_DIR)))
     return RuntimeSettings(kind.name, udocker_dir, kind.options(where, {k: section[k] for k in kind.schema if k in section},
                                                                  launcher))
+
+
+def host_checks(settings: RuntimeSettings) -> list[Finding]:
+    """The runtime's own checks of this host for ``hvdflow doctor`` (:attr:`RuntimeKind.host_checks`)."""
+    return kind_of(settings.kind).host_checks(settings)
 
 
 def recorded_engine(settings: RuntimeSettings, image: Mapping[str, Any]) -> Optional[dict[str, Any]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
+from hvdflow.findings import Finding
 from hvdflow.runtime.record import ContainerRecord
 from hvdflow.runtime.settings import KindOptions, RuntimeSettings
 from hvdflow.runtime.store import ImageStore
@@ -71,6 +72,8 @@ class RuntimeKind:
     """The store of its images at a folder (whether it may run as root): where the pull step, ``hvdflow image``,
     ``doctor`` and ``rerun`` get and check them. The native runtime's images are checked in udocker too (its venv
     is built from the image's recipe; the image check runs the image itself)."""
+    host_checks: Callable[[RuntimeSettings], list[Finding]] = lambda settings: []
+    """Its checks of this host for ``hvdflow doctor`` (udocker's: its directory, seccomp, proot); none by default."""
     setup_log: Callable[[RuntimeSettings, str], Optional[Path]] = lambda settings, image: None
     """Where building the runtime for an image logs a set-up that can take minutes (the native venv: Horovod's
     compile), for the step's progress lines; None where it has none (udocker: the pull step did it)."""

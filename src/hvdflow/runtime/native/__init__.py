@@ -8,5 +8,5 @@ from hvdflow.runtime.native.settings import SCHEMA, native_options
 from hvdflow.runtime.udocker.store import udocker_store
 
 KIND = RuntimeKind("native", SCHEMA, native_options, native_runtime, native_recorded_engine, udocker_store,
-                   native_setup_log)
+                   setup_log=native_setup_log)
 """What the registry knows of the native runtime."""
