@@ -349,7 +349,7 @@ def test_site_new_writes_a_profile_of_another_partition_gpu_type_and_account_tha
     settings = yaml.safe_load((pipeline.root / "profiles/other/hvdflow.yaml").read_text())
     assert settings["slurm"] == {"scratch_dir": "$TMPDIR", "gpus_per_node": 2, "gpu_type": "a100",
                                  "signal_grace_seconds": 120}, settings
-    assert (settings["network_interface"], settings["execmode"]) == (tc.FAST_INTERFACE, "auto"), settings
+    assert (settings["network_interface"], settings["runtime"]["execmode"]) == (tc.FAST_INTERFACE, "auto"), settings
     assert settings["registry"] == "${HVDFLOW_REGISTRY}", settings  # the user's variable, read each run
     resources = yaml.safe_load((pipeline.root / "profiles/other/config.yaml").read_text())
     assert resources["default-resources"]["slurm_account"] == "proj-b"
