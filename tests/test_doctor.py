@@ -79,7 +79,9 @@ def test_doctor_finds_the_image_at_the_registry_then_names_the_registry_gone_wit
     assert found["image tiny"]["status"] == OK, found
     assert image.manifest_digest in found["image tiny"]["detail"] and "not pinned yet" in found["image tiny"]["detail"]
     assert found["python"]["status"] == OK and found["profile"]["status"] == OK, found
-    assert found["udocker directory"]["status"] == OK and "will be made" in found["udocker directory"]["detail"]
+    udocker = found["udocker directory"]
+    # ok, or the warning of a disk with under 10 GiB free (this machine's own state, not the profile's)
+    assert (udocker["status"] == OK or udocker["fix"].startswith("free at least")) and "will be made" in udocker["detail"]
     assert found["proot"]["status"] == WARNING  # nothing pulled into this udocker directory yet
     assert "slurm client" not in found  # scheduler: none
     assert found["image builds"] == {"check": "image builds", "status": OK, "detail": "as root (mmdebstrap, chroot)",
