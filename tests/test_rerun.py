@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hvdflow.config.profile import load_profile, profile_settings
-from hvdflow.errors import RerunRefused
+from hvdflow.config.profile import load_profile, profile_settings, recorded_runtime
+from hvdflow.errors import ConfigError, RerunRefused
 from hvdflow.files.cache import sha256_file
 from hvdflow.pipeline.record import jsonable
 from hvdflow.rerun import inputs
@@ -38,18 +38,28 @@ def test_the_recorded_profile_loads_back_as_it_was(profile: str, tmp_path: Path,
 
 
 @pytest.mark.parametrize("profile", ["local", "local-native"])
-def test_a_version_1_records_profile_loads_back_with_its_runtime_keys_in_the_section(
+def test_a_version_1_records_profile_is_written_in_its_own_layout_and_its_runtime_section_recovered(
         profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # record_version 1 held the runtime's keys at the profile's top level, and every kind's
+    # record_version 1 held the runtime's keys at the profile's top level, every kind's; a rerun runs the recorded
+    # revision's code, which reads that layout, so the settings keep it; hvdflow's own side (loading the recorded
+    # image into the recorded store) reads the section from it
     monkeypatch.setenv("HVDFLOW_REGISTRY", "http://127.0.0.1:5999")
     recorded = jsonable(load_profile(REPO / "profiles" / profile / "hvdflow.yaml"))
     section = recorded["runtime"]
     version_1 = {**recorded, "runtime": section["kind"], "udocker_dir": section["udocker_dir"],
                  "execmode": section["options"].get("execmode"), "proot": section["options"].get("proot", "image"),
                  "native_venv_dir": section["options"].get("venv_dir", str(Path.home() / ".cache/hvdflow/native"))}
+    settings = profile_settings(version_1)
+    assert {k: settings.get(k) for k in ("runtime", "udocker_dir", "proot", "native_venv_dir")} == {
+        k: version_1[k] for k in ("runtime", "udocker_dir", "proot", "native_venv_dir")}
+    assert settings.get("execmode") == version_1["execmode"]
+    # this hvdflow's loader refuses that layout by name; the recorded revision's reads it
     path = tmp_path / "hvdflow.yaml"
-    path.write_text(yaml.safe_dump(profile_settings(version_1)))
-    assert jsonable(load_profile(path))["runtime"] == section
+    path.write_text(yaml.safe_dump(settings))
+    with pytest.raises(ConfigError, match="the runtime's keys are now one section"):
+        load_profile(path)
+    assert recorded_runtime(version_1) == {"kind": section["kind"], "udocker_dir": section["udocker_dir"],
+                                           **{k: v for k, v in section["options"].items() if v is not None}}
 
 
 def _git(repo: Path, *args: str) -> str:

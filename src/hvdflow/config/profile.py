@@ -197,13 +197,21 @@ def _slurm(where: str, data: Any, interface: str, cpu_bind: str) -> SlurmCluster
 
 def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """The ``hvdflow.yaml`` settings that load back into the profile a run record holds (its ``profile``: a
-    ClusterProfile as JSON; record_version 1 held the runtime's keys at its top level), so a rerun runs where and how
-    the recorded run did."""
+    ClusterProfile as JSON), so a rerun runs where and how the recorded run did. They are written in the layout of
+    the code that made the record, which is the code the rerun runs (the recorded revision's worktree): a
+    record_version 2 profile's ``runtime:`` section as it was, a version 1 profile's runtime keys at the top level."""
     settings: dict[str, Any] = {
-        "registry": recorded["registry"], "runtime": recorded_runtime(recorded), "launcher": recorded["launcher"],
+        "registry": recorded["registry"], "launcher": recorded["launcher"],
         "network_interface": recorded["network_interface"], "cpu_bind": recorded["cpu_bind"],
         "scheduler": "none" if recorded["slurm"] is None else "slurm",
     }
+    if isinstance(recorded["runtime"], Mapping):
+        settings["runtime"] = recorded_runtime(recorded)
+    else:
+        settings.update({"runtime": recorded["runtime"], "proot": recorded["proot"],
+                         "udocker_dir": str(recorded["udocker_dir"]), "native_venv_dir": str(recorded["native_venv_dir"])})
+        if recorded["execmode"] is not None:
+            settings["execmode"] = recorded["execmode"]
     for key in ("elastic_cooldown", "elastic_timeout"):  # records made before elastic runs have neither
         if key in recorded:
             settings[f"{key}_seconds"] = recorded[key]
