@@ -40,7 +40,7 @@ def image_store(kind: str, location: Path, allow_root: Optional[bool] = None) ->
 
 def store_of(settings: RuntimeSettings) -> ImageStore:
     """The image store of the runtime ``settings`` names, at its ``udocker_dir``."""
-    return kind_of(settings.kind).store(settings.udocker_dir, settings.allow_root)
+    return image_store(settings.kind, settings.udocker_dir, settings.allow_root)
 
 
 def setup_log(settings: RuntimeSettings, image: str) -> Optional[Path]:
