@@ -232,3 +232,25 @@ def test_the_rank_task_forwards_usr1_past_a_waiting_parent_to_the_rank(tmp_path:
     assert task.wait(timeout=30) == 75
     text = log.read_text()
     assert "forwarding SIGUSR1 to the rank" in text and "rank got SIGUSR1" in text
+
+
+LATE_SIGNALS = """
+import os, signal, sys
+from hvdflow.slurm.rank_task import run_forwarding_signals
+with open(sys.argv[1], "ab") as log:
+    code = run_forwarding_signals([sys.executable, "-c", "print('rank done', flush=True)"], log, dict(os.environ))
+for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):  # the scheduler's warning, after this node's rank ended
+    os.kill(os.getpid(), signum)
+print("reported", code, flush=True)
+sys.exit(code)
+"""
+
+
+def test_a_stop_signal_after_the_rank_ended_does_not_kill_its_task(tmp_path: Path) -> None:
+    # a task whose rank finished before the time limit's warning came (the warning reaches every task of the step at
+    # once) was killed by USR1's default action while it reported, and srun failed the completed run (CI, job 851)
+    log = tmp_path / "rank.log"
+    done = subprocess.run([sys.executable, "-c", LATE_SIGNALS, str(log)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    assert (done.returncode, done.stdout) == (0, "reported 0\n"), done.stderr
+    assert "rank done" in log.read_text()

@@ -106,6 +106,10 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
     must get the signal to checkpoint, and USR1's default action would kill this process instead. The processes
     between this one and the trainer ignore those signals (:func:`~hvdflow.launch.supervise.ignore_stop_signals`).
     With ``drop`` (an elastic worker), :data:`DROP_SIGNAL` kills the rank's group instead.
+
+    Once the rank has ended, this process ignores those signals until it exits: the scheduler's warning reaches every
+    task of the step at once, and a task whose rank had already finished (its node's ranks done first) was killed
+    by USR1's default action while it reported, failing a completed run (CI, 2026-11-29: job 851, tasks 2-3).
     """
     group: list[int] = []  # the rank's process group, once it is started
     early: list[int] = []  # signals that came before it was
@@ -134,9 +138,9 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
 
     # the handlers go in before the rank starts: a signal in between (the scheduler's warning on a loaded node) would
     # otherwise take USR1's default action and kill this process (seen in the suite)
-    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
-    if drop:
-        previous[DROP_SIGNAL] = signal.signal(DROP_SIGNAL, kill)
+    handled = [*STOP_SIGNALS, *([DROP_SIGNAL] if drop else [])]
+    for sig in handled:
+        signal.signal(sig, kill if sig == DROP_SIGNAL else forward)
     try:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env),
                                 start_new_session=True, preexec_fn=ignore_stop_signals)
@@ -145,8 +149,8 @@ def run_forwarding_signals(argv: list[str], log: BinaryIO, env: Mapping[str, str
             send(signum)
         return proc.wait()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig in handled:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: list[str]) -> int:
@@ -160,8 +164,10 @@ def main(argv: list[str]) -> int:
     logs = Path(task.logs)
     log_path = Path(task.log) if task.elastic else logs / f"rank-{rank}.log"
     with open(log_path, "ab") as log:  # appended: a requeued or retried job keeps every attempt's
-        restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-        log.write((f"{RANK_TASK_HEADER}{os.environ.get('SLURM_JOB_ID')} (restart {restart}), "
+        # a job step does not always carry SLURM_RESTART_COUNT (the test bed's rank tasks, reading it with a default
+        # of 0, wrote "restart 0" on a job's restarts 1 and 2): unknown, it is left out; the start time tells runs apart
+        restart = os.environ.get("SLURM_RESTART_COUNT")
+        log.write((f"{RANK_TASK_HEADER}{os.environ.get('SLURM_JOB_ID')}{f' (restart {restart})' if restart else ''}, "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%S')}\n" + "".join(f"# {note}\n" for note in notes)
                    + f"$ {' '.join(task.argv)}\n").encode())
         log.flush()
