@@ -245,3 +245,56 @@ def test_ranks_killed_after_a_signal_checkpoint_of_this_attempt_stopped_after_a_
     assert stopped_after_signal_checkpoint(tmp_path, 100.0, already) is already
     (tmp_path / MANIFEST).write_text("{not json")
     assert stopped_after_signal_checkpoint(tmp_path, 100.0, failure) is None
+
+
+def test_a_launch_that_fails_after_every_rank_finished_and_wrote_its_result_keeps_the_run(tmp_path: Path) -> None:
+    # CI, job 851: the time limit's warning killed the tasks of a node whose ranks had finished; the launch failed
+    # and the retry trained the whole run again. The training is judged by what it left, checked as for a success.
+    from hvdflow.errors import RunStopped
+    from hvdflow.pipeline.stages import completed_despite
+
+    checkpoints, failure = tmp_path / "checkpoints", LaunchError("training failed with exit code 138 (SIGUSR1)")
+    checkpoints.mkdir()
+    manifest = new_manifest({})
+    (checkpoints / MANIFEST).write_text(json.dumps(manifest))
+    for rank in (0, 1):
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps(rank_result_json(rank, epochs_done=10)))
+    assert completed_despite(failure, checkpoints, tmp_path, 2, 10) is None  # the manifest says unfinished
+    manifest["finished"] = True
+    (checkpoints / MANIFEST).write_text(json.dumps(manifest))
+    results = completed_despite(failure, checkpoints, tmp_path, 2, 10)
+    assert results is not None and [r.rank for r in results] == [0, 1]
+    assert completed_despite(failure, checkpoints, tmp_path, None, 10) == results  # elastic: rank 0 says 2 ranks
+    for not_a_launch_failure in (RunStopped("stopped"), KeyboardInterrupt()):
+        assert completed_despite(not_a_launch_failure, checkpoints, tmp_path, 2, 10) is None
+    assert completed_despite(failure, checkpoints, tmp_path, 3, 10) is None  # rank 2 wrote nothing
+    (tmp_path / "rank-1.json").write_text(json.dumps(rank_result_json(1, weights_sha256="b" * 64, epochs_done=10)))
+    assert completed_despite(failure, checkpoints, tmp_path, 2, 10) is None  # the ranks' weights differ
+    (checkpoints / MANIFEST).write_text("{not json")
+    assert completed_despite(failure, checkpoints, tmp_path, 2, 10) is None
+
+
+def test_an_attempt_whose_ranks_all_finished_is_recorded_completed_and_keeps_its_outputs(tmp_path: Path,
+                                                                                          index: Path) -> None:
+    from hvdflow.pipeline.stages import MODEL, end_failed_attempt
+
+    checkpoints, log = tmp_path / "checkpoints", tmp_path / "train.log"
+    begin_attempt(checkpoints, prepare_checkpoint_folder(checkpoints, {}, "auto"))
+    (tmp_path / MODEL).mkdir()
+    (tmp_path / "metrics.json").write_text("{}")
+    for rank in (0, 1):
+        (tmp_path / f"rank-{rank}.json").write_text(json.dumps(rank_result_json(rank, epochs_done=10)))
+    failure = LaunchError("training failed with exit code 138 (SIGUSR1); the other processes were stopped")
+    with pytest.raises(LaunchError) as raised:  # training not finished: a failure, its partial outputs removed
+        end_failed_attempt(failure, checkpoints, tmp_path, 2, 10, 0.0, log)
+    assert raised.value is failure and not (tmp_path / MODEL).exists() and not (tmp_path / "metrics.json").exists()
+    assert load_attempts(checkpoints)[-1]["outcome"] == "failed"
+    begin_attempt(checkpoints, prepare_checkpoint_folder(checkpoints, {}, "auto"))
+    (tmp_path / MODEL).mkdir()
+    (checkpoints / MANIFEST).write_text(json.dumps({**new_manifest({}), "finished": True}))
+    results = end_failed_attempt(failure, checkpoints, tmp_path, 2, 10, 0.0, log)
+    assert [r.rank for r in results] == [0, 1] and (tmp_path / MODEL).is_dir()
+    last = load_attempts(checkpoints)[-1]
+    assert last["outcome"] == "completed" and last["error"].endswith("training failed with exit code 138 (SIGUSR1); "
+                                                                     "the other processes were stopped")
+    assert "warning: every rank finished and wrote its result, then the launch failed" in log.read_text()

@@ -124,6 +124,16 @@ def _newest_checkpoint(folder: Path) -> Optional[dict[str, Any]]:
     return manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None  # type: ignore[index,return-value]
 
 
+def training_finished(folder: Path) -> bool:
+    """Whether the run's manifest in ``folder`` says its training finished (rank 0 marks it after writing the
+    model, history and metrics, before the ranks write their results); False where it is missing or unreadable."""
+    try:
+        manifest = read_manifest(str(folder))
+    except CheckpointError:
+        return False
+    return bool(manifest and manifest.get("finished"))
+
+
 def current_position(folder: Path) -> str:
     """Where the run's newest checkpoint leaves training, in words."""
     return position(_newest_checkpoint(folder))

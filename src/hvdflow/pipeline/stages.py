@@ -19,7 +19,7 @@ from hvdflow.config.datasets import bind_paths
 from hvdflow.config.experiment import TrainSpec
 from hvdflow.config.profile import LAUNCHERS, ClusterProfile, SlurmCluster
 from hvdflow.config.user_code import UserModel
-from hvdflow.errors import DatasetError, LaunchError
+from hvdflow.errors import DatasetError, LaunchError, RunStopped
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.files.heartbeat import progress_seconds
 from hvdflow.launch import faults
@@ -35,6 +35,7 @@ from hvdflow.pipeline.resume import (
     load_attempts,
     prepare_checkpoint_folder,
     stopped_after_signal_checkpoint,
+    training_finished,
 )
 from hvdflow.runtime import Runtime
 from hvdflow.slurm.jobinfo import cpus_per_task, current_job
@@ -140,16 +141,31 @@ def train(runtime: Runtime, launcher: str, spec: TrainSpec, dataset_dir: Path, o
                                       slurm, iface, timeout, progress))
         results = collect_rank_results(out_dir, spec.ranks if elastic is None else final_size(out_dir), spec.epochs)
     except BaseException as exc:
-        shutil.rmtree(out_dir / MODEL, ignore_errors=True)
-        (out_dir / "metrics.json").unlink(missing_ok=True)
-        stopped = stopped_after_signal_checkpoint(checkpoints, started, exc)
-        end_attempt(checkpoints, "stopped on a signal after a checkpoint" if stopped else "failed",
-                    str(exc) or type(exc).__name__)
-        if stopped is not None and stopped is not exc:
-            raise stopped from exc
-        raise
+        return end_failed_attempt(exc, checkpoints, out_dir, spec.ranks if elastic is None else None, spec.epochs,
+                                  started, progress)
     end_attempt(checkpoints, "completed")
     return results
+
+
+def end_failed_attempt(failure: BaseException, checkpoints: Path, out_dir: Path, ranks: Optional[int], epochs: int,
+                       started: float, progress: Optional[Path]) -> list[RankResult]:
+    """Record how an attempt whose launch raised ``failure`` ended, and raise it (a RunStopped where the ranks
+    stopped on a signal after a checkpoint), its partial outputs removed; or, where every rank had finished and
+    written its result (:func:`completed_despite`), record it completed with a warning and return the results."""
+    finished = completed_despite(failure, checkpoints, out_dir, ranks, epochs)
+    if finished is not None:
+        said = f"every rank finished and wrote its result, then the launch failed: {str(failure).splitlines()[0]}"
+        note(progress, f"hvdflow: warning: {said}; the run is complete (its results checked)")
+        end_attempt(checkpoints, "completed", said)
+        return finished
+    shutil.rmtree(out_dir / MODEL, ignore_errors=True)
+    (out_dir / "metrics.json").unlink(missing_ok=True)
+    stopped = stopped_after_signal_checkpoint(checkpoints, started, failure)
+    end_attempt(checkpoints, "stopped on a signal after a checkpoint" if stopped else "failed",
+                str(failure) or type(failure).__name__)
+    if stopped is not None and stopped is not failure:
+        raise stopped from failure
+    raise failure
 
 
 def cpu_plan(ranks: int, slurm: Optional[SlurmCluster], cpu_bind: str) -> CpuPlan:
@@ -174,6 +190,24 @@ def final_size(out_dir: Path) -> int:
     the results names rank 0's missing file)."""
     rank0 = out_dir / "rank-0.json"
     return read_rank_result(rank0).size if rank0.exists() else 1
+
+
+def completed_despite(failure: BaseException, checkpoints: Path, out_dir: Path, ranks: Optional[int],
+                      epochs: int) -> Optional[list[RankResult]]:
+    """Every rank's result if the training finished although its launch then failed; None otherwise.
+
+    Rank 0 writes the model, history and metrics, then marks the manifest finished, and every rank then writes its
+    result: a launch that fails after that (a rank's wrapper killed at its exit, the time limit's SIGKILL while the
+    ranks leave) has lost nothing, and a retry would train the whole run again. Only a launch error counts (never a
+    stop or Ctrl-C), and only when the manifest is finished and the results of all ``ranks`` (an elastic run's: as
+    many as rank 0 says, for None) pass :func:`collect_rank_results`.
+    """
+    if not isinstance(failure, LaunchError) or isinstance(failure, RunStopped) or not training_finished(checkpoints):
+        return None
+    try:
+        return collect_rank_results(out_dir, final_size(out_dir) if ranks is None else ranks, epochs)
+    except LaunchError:
+        return None
 
 
 def read_rank_result(path: Path) -> RankResult:
