@@ -97,7 +97,7 @@ def test_every_runtimes_image_store_satisfies_the_protocol(kind: str, tmp_path: 
     (tmp_path / "store" / "layers").mkdir(parents=True)
     (tmp_path / "store" / "layers" / "sha256:ab").write_bytes(b"\0" * 3 * 2 ** 20)
     assert store.progress() == "3.0 MiB in udocker's layers"
-    with pytest.raises(ConfigError, match="unknown runtime 'docker'; choose one of udocker, native"):
+    with pytest.raises(ConfigError, match="runtime: 'docker' is not one of udocker, native"):
         image_store("docker", tmp_path)
     if os.geteuid() == 0:  # udocker refuses root unless told (the suite's root has HVDFLOW_ALLOW_ROOT unset here)
         with pytest.raises(UdockerError, match="root"):
@@ -177,7 +177,7 @@ def test_each_kind_brings_its_own_checks_of_the_host_for_doctor(tmp_path: Path) 
 
 
 def test_an_unknown_runtime_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="unknown runtime 'docker'; choose one of udocker, native"):
+    with pytest.raises(ConfigError, match="runtime: 'docker' is not one of udocker, native"):
         make_runtime(replace(_settings(tmp_path), kind="docker"), _record(tmp_path))
 
 

@@ -9,5 +9,6 @@ from hvdflow.runtime.kind import RuntimeKind
 from hvdflow.runtime.toy.runtime import toy_options, toy_recorded_engine, toy_runtime
 from hvdflow.runtime.udocker.store import udocker_store
 
-KIND = RuntimeKind("toy", {}, toy_options, toy_runtime, toy_recorded_engine, udocker_store)
+KIND = RuntimeKind("toy", "a root filesystem run with unshare, for the suite",
+                   {}, toy_options, toy_runtime, toy_recorded_engine, udocker_store)
 """What the registry knows of the toy runtime."""

@@ -28,7 +28,7 @@ from hvdflow.config.profile_schema import (
 from hvdflow.errors import ConfigError
 from hvdflow.files.yamlfile import check_keys, expanded, expect, load_mapping
 from hvdflow.images.offline import NO_REGISTRY
-from hvdflow.runtime import RuntimeSettings, runtime_settings
+from hvdflow.runtime import FLAT_KEYS, RuntimeSettings, runtime_settings, section_from_flat
 
 _REQUIRED, _OPTIONAL = keys(SCHEMA)
 _SLURM_REQUIRED, _SLURM_OPTIONAL = keys(SCHEMA["properties"]["slurm"])
@@ -127,19 +127,14 @@ def load_profile(path: Path) -> ClusterProfile:
     )
 
 
-OLD_RUNTIME_KEYS = {"execmode": "execmode", "proot": "proot", "udocker_dir": "udocker_dir", "native_venv_dir": "venv_dir"}
-"""The runtime's keys that profiles before the ``runtime:`` section held at the top level → their key in it."""
-
-
 def _refuse_old_runtime_keys(where: str, data: Mapping[str, Any]) -> None:
     """ConfigError for a profile written before the runtime's keys moved into its ``runtime:`` section, saying the
     section that holds them now."""
-    old = [key for key in OLD_RUNTIME_KEYS if key in data]
+    old = [key for key in FLAT_KEYS if key in data]
     if isinstance(data.get("runtime"), str) or old:
-        kind = data["runtime"] if isinstance(data.get("runtime"), str) else "udocker"
-        moved = "".join(f", {OLD_RUNTIME_KEYS[key]}: {data[key]}" for key in old)
+        section = ", ".join(f"{key}: {value}" for key, value in section_from_flat(data).items())
         raise ConfigError(f"{where}: runtime{', ' if old else ''}{', '.join(old)}: the runtime's keys are now one "
-                          f"section; write runtime: {{kind: {kind}{moved}}} (docs/reference/profile.md)")
+                          f"section; write runtime: {{{section}}} (docs/reference/profile.md)")
 
 
 def _seconds(where: str, value: Any, low: int, high: int) -> int:
@@ -233,10 +228,4 @@ def recorded_runtime(recorded: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(runtime, Mapping):
         return {"kind": runtime["kind"], "udocker_dir": str(runtime["udocker_dir"]),
                 **{key: value for key, value in runtime["options"].items() if value is not None}}
-    section: dict[str, Any] = {"kind": runtime, "udocker_dir": str(recorded["udocker_dir"])}
-    if runtime == "native":
-        section["venv_dir"] = str(recorded["native_venv_dir"])
-    else:
-        section.update({"proot": recorded["proot"]},
-                       **({"execmode": recorded["execmode"]} if recorded["execmode"] is not None else {}))
-    return section
+    return section_from_flat(recorded)

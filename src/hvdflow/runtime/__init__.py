@@ -12,6 +12,7 @@ imports this room to check its ``runtime:`` section), and ``hvdflow_wire``.
 """
 
 from hvdflow.runtime.base import (
+    FLAT_KEYS,
     as_kind,
     expose_gpus,
     host_checks,
@@ -20,6 +21,7 @@ from hvdflow.runtime.base import (
     recorded_engine,
     runtime_for,
     runtime_settings,
+    section_from_flat,
     section_schema,
     setup_log,
     store_of,
@@ -28,6 +30,6 @@ from hvdflow.runtime.kind import Runtime, RuntimeKind
 from hvdflow.runtime.settings import RuntimeSettings
 from hvdflow.runtime.store import ImageStore
 
-__all__ = ["ImageStore", "Runtime", "RuntimeKind", "RuntimeSettings", "as_kind", "expose_gpus", "host_checks", "image_store",
-           "make_runtime", "recorded_engine", "runtime_for", "runtime_settings", "section_schema", "setup_log",
-           "store_of"]
+__all__ = ["FLAT_KEYS", "ImageStore", "Runtime", "RuntimeKind", "RuntimeSettings", "as_kind", "expose_gpus",
+           "host_checks", "image_store", "make_runtime", "recorded_engine", "runtime_for", "runtime_settings",
+           "section_from_flat", "section_schema", "setup_log", "store_of"]

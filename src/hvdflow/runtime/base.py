@@ -24,12 +24,12 @@ from hvdflow.runtime.udocker.runtime import expose_gpus as udocker_expose_gpus
 from hvdflow_wire.task import NvidiaSetup
 
 
-def kind_of(kind: str) -> RuntimeKind:
-    """The runtime named ``kind``; ConfigError naming the known ones if none."""
+def kind_of(kind: str, where: str = "runtime") -> RuntimeKind:
+    """The runtime named ``kind``; ConfigError naming ``where`` it was said and the known ones if none."""
     try:
         return KINDS[kind]
     except KeyError:
-        raise ConfigError(f"unknown runtime {kind!r}; choose one of {', '.join(KINDS)}") from None
+        raise ConfigError(f"{where}: {kind!r} is not one of {', '.join(KINDS)}") from None
 
 
 def image_store(kind: str, location: Path, allow_root: Optional[bool] = None) -> ImageStore:
@@ -74,9 +74,8 @@ def as_kind(settings: RuntimeSettings, kind: str, launcher: str) -> RuntimeSetti
 def section_schema() -> dict[str, Any]:
     """The JSON schema of the profile's ``runtime:`` section: ``kind``, the keys every kind takes, and each kind's
     own (its description starting with the kinds that take it)."""
-    properties: dict[str, Any] = {"kind": {"enum": list(KINDS), "description": "Which runtime runs the ranks: "
-                                           "udocker (no root, no admin), or native (a host venv with the image's "
-                                           "packages, to measure the container's cost)."}}
+    kinds = "; ".join(f"{kind.name} ({kind.summary})" for kind in KINDS.values())
+    properties: dict[str, Any] = {"kind": {"enum": list(KINDS), "description": f"Which runtime runs the ranks: {kinds}."}}
     properties.update(COMMON_SCHEMA)
     for kind in KINDS.values():
         for key, schema in kind.schema.items():
@@ -87,16 +86,27 @@ def section_schema() -> dict[str, Any]:
             "description": "The runtime, its kind and its own keys (those of another kind are refused)."}
 
 
+FLAT_KEYS = {"execmode": "execmode", "proot": "proot", "udocker_dir": "udocker_dir", "native_venv_dir": "venv_dir"}
+"""The runtime's keys that profiles held at their top level before the ``runtime:`` section (and record_version 1
+run records still do) → their key in the section."""
+
+
+def section_from_flat(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``runtime:`` section that a profile of the flat layout means: its ``runtime`` as the kind (udocker where
+    it names none) and those of its top-level runtime keys that kind takes, unset ones left out."""
+    kind = profile["runtime"] if isinstance(profile.get("runtime"), str) else "udocker"
+    takes = {*COMMON_SCHEMA, *(KINDS[kind].schema if kind in KINDS else {})}
+    return {"kind": kind, **{new: profile[old] for old, new in FLAT_KEYS.items()
+                             if new in takes and profile.get(old) is not None}}
+
+
 def runtime_settings(where: str, section: Any, launcher: str) -> RuntimeSettings:
     """The profile's ``runtime:`` section at ``where``, checked by its kind's schema and typed; ConfigError naming
     the key (a key of another kind: which kind takes it)."""
     expect(where, section, dict)
     if "kind" not in section:
         raise ConfigError(f"{where}: missing required key kind ({', '.join(KINDS)})")
-    named = expanded(f"{where}.kind", section["kind"])
-    if named not in KINDS:
-        raise ConfigError(f"{where}.kind: {named!r} is not one of {', '.join(KINDS)}")
-    kind = KINDS[named]
+    kind = kind_of(expanded(f"{where}.kind", section["kind"]), f"{where}.kind")
     for key in section:
         owner = next((k.name for k in KINDS.values() if key in k.schema and k is not kind), None)
         if owner is not None and key not in kind.schema:

@@ -60,6 +60,8 @@ class RuntimeKind:
 
     name: str
     """The profile's ``runtime.kind``."""
+    summary: str
+    """What it is, in a few words, for the profile's schema and reference."""
     schema: dict[str, Any]
     """Its own keys of the profile's ``runtime:`` section, as JSON schema (each with a description)."""
     options: Callable[[str, Mapping[str, Any], str], KindOptions]

@@ -7,6 +7,7 @@ from hvdflow.runtime.native.runtime import native_recorded_engine, native_runtim
 from hvdflow.runtime.native.settings import SCHEMA, native_options
 from hvdflow.runtime.udocker.store import udocker_store
 
-KIND = RuntimeKind("native", SCHEMA, native_options, native_runtime, native_recorded_engine, udocker_store,
+KIND = RuntimeKind("native", "a host venv with the image's packages, to measure the container's cost",
+                   SCHEMA, native_options, native_runtime, native_recorded_engine, udocker_store,
                    setup_log=native_setup_log)
 """What the registry knows of the native runtime."""

@@ -9,6 +9,7 @@ from hvdflow.runtime.udocker.runtime import udocker_recorded_engine, udocker_run
 from hvdflow.runtime.udocker.settings import SCHEMA, udocker_options
 from hvdflow.runtime.udocker.store import udocker_store
 
-KIND = RuntimeKind("udocker", SCHEMA, udocker_options, udocker_runtime, udocker_recorded_engine, udocker_store,
+KIND = RuntimeKind("udocker", "containers without root or admin",
+                   SCHEMA, udocker_options, udocker_runtime, udocker_recorded_engine, udocker_store,
                    udocker_host_checks)
 """What the registry knows of udocker."""
