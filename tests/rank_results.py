@@ -23,7 +23,10 @@ def rank_result_json(rank: int, **changes: Any) -> dict[str, Any]:
             "weights_sha256": SHA, "epochs_done": 10, "resumed_from": {"epoch": 0, "step": 0},
             "epoch_seconds": [0.5, 0.25], "first_step_unix": 1.0, "train_records_per_rank": 64, "steps_per_epoch": 2,
             "input_sharding": "files", "framework": "tensorflow", "framework_version": "2.15.1", "distributed": "horovod",
-            "tensorflow": "2.15.1", "horovod": "0.28.1", "python": "3.11.2", "execmode": "P1", **changes}
+            "tensorflow": "2.15.1", "horovod": "0.28.1", "python": "3.11.2", "execmode": "P1",
+            "usage": {"interval_seconds": 5.0, "cores": 1, "wall_seconds": 12.5, "cpu_seconds": 10.0,
+                      "cpu_utilization": 0.8, "peak_rss_mib": 612.4, "samples": [[5.0, 0.75, 600.1], [10.0, 0.9, 610.0]],
+                      "gpu": None, "gpu_absent": "no NVIDIA driver on h"}, **changes}
 
 
 def rank_result(rank: int, **changes: Any) -> RankResult:

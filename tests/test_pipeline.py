@@ -64,6 +64,11 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert record["cpu_bind"] == "cores" and not set(record["ranks"][0]["cpus"]) & set(record["ranks"][1]["cpus"])
     assert [len(r["cpus"]) for r in record["ranks"]] == [r["threads"] for r in record["ranks"]]
     assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
+    # how each rank used its core and memory, sampled inside its container; no GPU here, and said why
+    for usage in (r["usage"] for r in record["ranks"]):
+        assert usage["cores"] == 1 and usage["samples"] and usage["peak_rss_mib"] > 100, usage
+        assert 0 < usage["cpu_utilization"] <= 1.05 and usage["wall_seconds"] <= record["seconds"], usage
+        assert usage["gpu"] is None and usage["gpu_absent"].startswith("no NVIDIA driver on "), usage
     assert record["versions"]["tensorflow"] == "2.15.1" and record["versions"]["horovod"] == "0.28.1"
     assert record["seeds"] == {"training": 1234, "split": 42}
     assert record["config"]["experiment"]["epochs"] == 10 and record["profile"]["runtime"]["kind"] == "udocker"

@@ -110,4 +110,7 @@ def test_the_report_page_shows_the_record_escaped(tmp_path: Path, monkeypatch: p
     page = record_page(record)
     assert f"hvdflow/hvdflow-cpu:t@sha256:{SHA}" in page and "<b>e</b>" not in page and "&lt;b&gt;e&lt;/b&gt;" in page
     assert "Slurm</th><td>none: this machine" in page and "1 flags: avx2" in page
-    assert page.count("<tr><td>") == 2 + 1 + 1  # two ranks, one host, one attempt
+    assert page.count("<tr><td>") == 2 + 1 + 2 + 1  # two ranks, one host, their use of it, one attempt
+    assert "<td>80 %</td><td>612 MiB</td><td>no NVIDIA driver on h</td><td>12.5</td><td>2 every 5.0 s</td>" in page
+    del record["ranks"][1]["usage"]  # a record made before ranks[].usage
+    assert "<td>1</td><td>h</td><td>not sampled</td>" in record_page(record)

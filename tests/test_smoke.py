@@ -88,11 +88,14 @@ def test_the_images_proot_runs_the_container_under_its_seccomp_filter_and_the_ho
 def test_mpi_two_ranks_match_gloo_weights(hpc_user: HpcUser, cpu_pull: list[str],
                                          gloo_smoke: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     gloo, user_tmp = gloo_smoke
-    mpi = _smoke(hpc_user, cpu_pull, user_tmp / "mpi", "--launcher", "mpi", "--ranks", "2")
+    # the MPI ranks' use is not sampled: the weights are the same with and without the sampler (and either launcher)
+    mpi = _smoke(hpc_user, cpu_pull, user_tmp / "mpi", "--launcher", "mpi", "--ranks", "2", "--usage-seconds", "0")
     assert gloo.returncode == 0, gloo.stderr
     assert mpi.returncode == 0, mpi.stderr
     ranks = [json.loads((user_tmp / "mpi" / "train" / f"rank-{r}.json").read_text()) for r in range(2)]
-    assert [r["controller"] for r in ranks] == ["mpi", "mpi"]
+    assert [r["controller"] for r in ranks] == ["mpi", "mpi"] and [r["usage"] for r in ranks] == [None, None]
+    sampled = [json.loads((user_tmp / "gloo" / "train" / f"rank-{r}.json").read_text())["usage"] for r in range(2)]
+    assert all(usage["samples"] and usage["cpu_seconds"] > 0 for usage in sampled), sampled
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
     assert json.loads(mpi.stdout)["weights_sha256"] == json.loads(gloo.stdout)["weights_sha256"]
     # each rank ran on its own half of this machine's cores (sched_setaffinity for Gloo, taskset under mpirun), as

@@ -209,7 +209,8 @@ def cmd_smoke(args: argparse.Namespace) -> int:
 
     _, record = _pull(args)
     runtime = make_runtime(_udocker_settings(args), record)
-    summary = run_smoke(runtime, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank)
+    summary = run_smoke(runtime, record, args.launcher, args.ranks, args.out.resolve(), args.epochs, args.fail_rank,
+                        args.usage_seconds)
     print(json.dumps(summary, indent=2, sort_keys=True))
     return 0
 
@@ -426,6 +427,8 @@ def _smoke_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     smoke.add_argument("--epochs", type=int, default=5)
     smoke.add_argument("--out", type=Path, default=Path("results/smoke"))
     smoke.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    smoke.add_argument("--usage-seconds", type=float, default=5.0,
+                       help="seconds between samples of each rank's CPU and memory use (0: none)")
     smoke.set_defaults(func=cmd_smoke)
 
 

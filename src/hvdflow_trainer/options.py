@@ -20,6 +20,7 @@ from hvdflow_wire.names import USER_MODEL
 from .frameworks import DEFAULT, DISTRIBUTED, FRAMEWORKS
 from .measurement import ALLREDUCE, SHAPES
 from .neighbours import TOPOLOGIES
+from .usage import DEFAULT_USAGE_SECONDS
 
 T = TypeVar("T", bound="Options")
 
@@ -113,6 +114,7 @@ class TrainOptions(UserModelOptions):
     membership: str = ""
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
+    usage_seconds: float = DEFAULT_USAGE_SECONDS
     fail_rank: List[int] = field(default_factory=list)
     fail_epoch: List[int] = field(default_factory=list)
     fail_step: List[int] = field(default_factory=list)
@@ -161,6 +163,8 @@ class TrainOptions(UserModelOptions):
         parser.add_argument("--membership", default="", help="elastic: the JSON-lines file rank 0 appends each membership to")
         parser.add_argument("--checkpoint-every", type=int, default=1, help="epochs between checkpoints")
         parser.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept")
+        parser.add_argument("--usage-seconds", type=float, default=DEFAULT_USAGE_SECONDS,
+                            help="seconds between samples of the rank's CPU, memory and GPU use (0: none)")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from hvdflow_wire.replace import replaced
 from .machine import cpu_facts, nvidia_driver
 from .options import TrainOptions
 from .run_control import Position
+from .usage import finish_sampling
 
 
 def weights_sha256(weights: list) -> str:  # type: ignore[type-arg]
@@ -40,7 +41,7 @@ def rank_result(args: TrainOptions, position: Position, start: Position, layout:
         epochs_done=position.epoch, resumed_from={"epoch": start.epoch, "step": start.step},
         train_records_per_rank=layout.train_per_rank, steps_per_epoch=layout.steps_per_epoch,
         input_sharding=layout.sharding, python="%d.%d.%d" % tuple(sys.version_info[:3]),
-        execmode=os.environ.get("HVDFLOW_UDOCKER_MODE"), **framework)
+        execmode=os.environ.get("HVDFLOW_UDOCKER_MODE"), usage=finish_sampling(), **framework)
 
 
 def write_history(path: str, history: List[Dict[str, float]]) -> None:

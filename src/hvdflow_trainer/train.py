@@ -5,7 +5,8 @@ step loop (its folder's ``fit``, :mod:`hvdflow_trainer.frameworks`: :mod:`hvdflo
 Keras API), which trains deterministically and resumably on a prepared dataset. Every rank restores the newest sound
 checkpoint of the same run (:mod:`.checkpoints`); a stop signal ends the run after a checkpoint with status
 :data:`hvdflow_runstate.STOPPED_EXIT` (:mod:`.run_control`). Each rank writes ``rank-<r>.json`` (placement, versions and
-the sha256 of its final weights); rank 0 writes the model, ``history.csv``, TensorBoard logs and ``metrics.json``.
+the sha256 of its final weights, and how it used its cores, memory and GPU: :mod:`.usage`); rank 0 writes the model,
+``history.csv``, TensorBoard logs and ``metrics.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import frameworks, user_code
 from .options import TrainOptions
 from .rank_exit import run_rank
 from .run_control import StopFlag, StopRequested
+from .usage import start_sampling
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -34,6 +36,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     else:
         train = frameworks.module_of(args.framework, "fit").train  # loaded after the handler is in place
 
+    start_sampling(args.usage_seconds)
     try:
         train(args, flag)
     except StopRequested as stop:

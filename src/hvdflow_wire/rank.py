@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from .placement import Placement
+from .usage import RankUsage
 from .values import from_json, read_object, to_json, write_object
 
 
@@ -52,6 +53,9 @@ class RankResult(Placement):
     execmode: Optional[str]
     """udocker's mode that ran the rank (``HVDFLOW_UDOCKER_MODE``: under ``execmode: auto`` each node's choice); None
     outside udocker."""
+    usage: Optional[RankUsage]
+    """How the rank used its cores, memory and GPU (:mod:`hvdflow_wire.usage`); None where it was not sampled
+    (``--usage-seconds 0``)."""
 
     def to_json(self) -> Dict[str, Any]:
         """The result as the JSON object of ``rank-<r>.json``."""

@@ -16,7 +16,7 @@ TOPOLOGIES = ("ring", "exp2", "onepeer-exp2")
 """The neighbour strategy's graphs (``hvdflow_trainer.neighbours.TOPOLOGIES``; a test compares them)."""
 POWER_OF_TWO_TOPOLOGIES = ("exp2", "onepeer-exp2")
 SHARD_ORDERS = ("shuffled", "by_label")
-RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume")
+RUN_SETTINGS = ("checkpoint_every", "keep_checkpoints", "resume", "usage_seconds")
 """Experiment keys that say how a run is kept, not what it computes: left out of the run's identity."""
 
 
@@ -47,6 +47,8 @@ class TrainSpec:
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
     resume: str = "auto"
+    usage_seconds: float = 5.0
+    """Seconds between samples of each rank's CPU, memory and GPU use (0: none)."""
     strategy: str = "allreduce"
     topology: Optional[str] = None
     shard_order: str = "shuffled"
@@ -162,7 +164,8 @@ class TrainSpec:
                 "--batch-size", str(self.batch_size), "--learning-rate", repr(self.learning_rate),
                 "--momentum", repr(self.momentum), "--warmup-epochs", str(self.warmup_epochs), "--seed", str(self.seed),
                 "--shuffle-buffer", str(self.shuffle_buffer), "--checkpoint-every", str(self.checkpoint_every),
-                "--keep-checkpoints", str(self.keep_checkpoints), "--strategy", self.strategy,
+                "--keep-checkpoints", str(self.keep_checkpoints), "--usage-seconds", repr(self.usage_seconds),
+                "--strategy", self.strategy,
                 "--topology", self.graph, "--shard-order", self.shard_order] + (
                     ["--deterministic-allreduce"] if self.deterministic_allreduce else []) + (
                     ["--elastic-ranks", str(self.ranks)] if self.elastic else []) + (

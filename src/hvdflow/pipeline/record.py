@@ -36,6 +36,7 @@ from hvdflow.slurm.jobinfo import allocation, current_job
 from hvdflow.slurm.staging import read_reports
 from hvdflow_index import content_sha256
 from hvdflow_wire.rank import RankResult
+from hvdflow_wire.values import to_json
 
 RECORD_VERSION = 2
 """The shape of run.json; raised whenever a key changes meaning or goes away."""
@@ -199,9 +200,10 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "proot": recorded_engine(profile.runtime, image),
         "machines": _machines(results),
         "numerics": results[0].numerics,
-        "ranks": [{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
-                                              "cpus", "threads", "controller", "weights_sha256", "first_step_unix",
-                                              "execmode")}
+        "ranks": [{**{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
+                                                 "cpus", "threads", "controller", "weights_sha256", "first_step_unix",
+                                                 "execmode")},
+                   "usage": to_json(r.usage)}
                   for r in results],
         "cpu_bind": profile.cpu_bind,
         "hosts": sorted({r.hostname for r in results}),

@@ -1,7 +1,8 @@
 """The run record as a page of the Snakemake report: what ran, where and with what, next to the plots.
 
 One HTML table from ``run.json``: the image by digest, the code revision, seeds, versions, the proot engine, the
-numeric settings, each host's CPU and GPUs, each rank's host, cores and threads, the Slurm job and the attempts. The
+numeric settings, each host's CPU and GPUs, each rank's host, cores and threads, how each rank used its cores,
+memory and GPU, the Slurm job and the attempts. The
 record itself stays the reference; this page only shows it.
 """
 
@@ -51,6 +52,17 @@ def _slurm(slurm: Optional[dict[str, Any]]) -> list[tuple[str, Any]]:
             ("time limit", alloc["time_limit"])]
 
 
+def _usage(usage: Optional[dict[str, Any]]) -> list[Any]:
+    """A rank's use of its allocation as the grid's cells: cores, CPU use, peak memory, GPU, seconds, samples."""
+    if not usage:
+        return ["not sampled", "", "", "", "", ""]
+    gpu = usage["gpu"]
+    gpu_text = (f"{gpu['name']}: {gpu['utilization_percent_mean']} % busy, {gpu['memory_used_mib_peak']:.0f} of "
+                f"{gpu['memory_total_mib']:.0f} MiB" if gpu else usage["gpu_absent"])
+    return [usage["cores"], f"{100 * usage['cpu_utilization']:.0f} %", f"{usage['peak_rss_mib']:.0f} MiB", gpu_text,
+            usage["wall_seconds"], f"{len(usage['samples'])} every {usage['interval_seconds']} s"]
+
+
 def record_page(record: dict[str, Any]) -> str:
     """The HTML page of a run record."""
     image = record["image"]
@@ -75,6 +87,9 @@ def record_page(record: dict[str, Any]) -> str:
         _grid("Ranks", ["rank", "host", "local rank", "cores", "threads", "GPU", "weights sha256"],
               [[r["rank"], r["hostname"], r["local_rank"], r["cpus"], r["threads"], r["cuda_visible_devices"],
                 r["weights_sha256"][:16]] for r in record["ranks"]]),
+        _grid("How the ranks used their allocation", ["rank", "host", "cores", "CPU use", "peak memory", "GPU",
+                                                      "seconds", "samples"],
+              [[r["rank"], r["hostname"], *_usage(r.get("usage"))] for r in record["ranks"]]),
         _grid("Attempts", ["attempt", "where", "from", "to", "outcome"],
               [[a["attempt"], a["slurm_job_id"] or a["host"], a["from"], a.get("to"), a["outcome"]]
                for a in record["attempts"]]),

@@ -19,20 +19,21 @@ DIGITS = {"name": "digits", "source": "sklearn-digits", "validation_fraction": 0
           "shard_size_mb": 64, "skip_bad_samples": False}
 
 
-def smoke_spec(ranks: int, epochs: int) -> TrainSpec:
-    """The smoke experiment: a 64-unit MLP, SGD with momentum, fixed seed."""
+def smoke_spec(ranks: int, epochs: int, usage_seconds: float = 5.0) -> TrainSpec:
+    """The smoke experiment: a 64-unit MLP, SGD with momentum, fixed seed; each rank's use sampled every
+    ``usage_seconds`` (0: not sampled)."""
     return TrainSpec(ranks=ranks, model="mlp", hidden_units=64, epochs=epochs, batch_size=32, learning_rate=0.01,
-                     momentum=0.9, warmup_epochs=1, seed=1234)
+                     momentum=0.9, warmup_epochs=1, seed=1234, usage_seconds=usage_seconds)
 
 
 def run_smoke(runtime: Runtime, record: ContainerRecord, launcher: str, ranks: int, out_dir: Path, epochs: int = 5,
-              fail_rank: int = -1) -> dict[str, object]:
+              fail_rank: int = -1, usage_seconds: float = 5.0) -> dict[str, object]:
     """Run the smoke job in ``runtime`` (``record``'s container); write and return ``summary.json``."""
     (out_dir / "summary.json").unlink(missing_ok=True)
     dataset = out_dir / "dataset"
     prepare_dataset(runtime, DIGITS, dataset, out_dir / "logs" / "prepare.log")
     fail = f"{fail_rank}:1" if fail_rank >= 0 else None
-    spec = smoke_spec(ranks, epochs)
+    spec = smoke_spec(ranks, epochs, usage_seconds)
     identity = identity_of(asdict(spec), record.digest, dataset / "index.json")
     results = train(runtime, launcher, spec, dataset, out_dir / "train", out_dir / "logs" / "train", identity, fail=fail)
     try:
