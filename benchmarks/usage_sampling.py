@@ -23,7 +23,8 @@ from typing import Optional
 
 import numpy as np
 
-from hvdflow_trainer.usage import DEFAULT_USAGE_SECONDS, UsageSampler
+from hvdflow_trainer.usage import UsageSampler
+from hvdflow_wire.usage import DEFAULT_USAGE_SECONDS
 
 
 def one_sample_seconds(samples: int) -> float:

@@ -18,6 +18,7 @@ from hvdflow.images.catalog import PROOT_ENGINES, get_image, load_catalog
 from hvdflow.images.modes import PROFILE_EXECMODES
 from hvdflow.runtime.settings import allow_root_from_env
 from hvdflow_wire.names import FRAMEWORKS
+from hvdflow_wire.usage import DEFAULT_USAGE_SECONDS
 
 if TYPE_CHECKING:
     from hvdflow.runtime import RuntimeSettings
@@ -427,7 +428,7 @@ def _smoke_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     smoke.add_argument("--epochs", type=int, default=5)
     smoke.add_argument("--out", type=Path, default=Path("results/smoke"))
     smoke.add_argument("--fail-rank", type=int, default=-1, help=argparse.SUPPRESS)
-    smoke.add_argument("--usage-seconds", type=float, default=5.0,
+    smoke.add_argument("--usage-seconds", type=float, default=DEFAULT_USAGE_SECONDS,
                        help="seconds between samples of each rank's CPU and memory use (0: none)")
     smoke.set_defaults(func=cmd_smoke)
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Type, TypeVar
 
 from hvdflow_wire.names import USER_MODEL
+from hvdflow_wire.usage import DEFAULT_USAGE_SECONDS
 
 from .frameworks import DEFAULT, DISTRIBUTED, FRAMEWORKS
 from .measurement import ALLREDUCE, SHAPES
 from .neighbours import TOPOLOGIES
-from .usage import DEFAULT_USAGE_SECONDS
 
 T = TypeVar("T", bound="Options")
 

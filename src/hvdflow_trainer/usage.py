@@ -22,9 +22,6 @@ from hvdflow_wire.usage import MAX_SAMPLES, GpuUsage, RankUsage
 
 from .machine import nvidia_driver
 
-DEFAULT_USAGE_SECONDS = 5.0
-"""Seconds between samples: under a thousandth of a core of a rank, and a curve even of a minute's run."""
-
 GPU_QUERY = ["nvidia-smi", "--query-gpu=name,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
 
 GpuSample = Tuple[str, float, float, float]

@@ -53,3 +53,7 @@ class RankUsage:
 
 MAX_SAMPLES = 720
 """The most samples a rank keeps: an hour at 5 s, and a day at about two minutes."""
+
+DEFAULT_USAGE_SECONDS = 5.0
+"""Seconds between samples unless an experiment's ``usage_seconds`` says otherwise: under a thousandth of a percent of
+a rank's time (``benchmarks/usage_sampling.py``), and a curve even of a minute's run."""

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional, Union
 from hvdflow.config.user_code import UserModel
 from hvdflow.errors import LaunchError
 from hvdflow_wire.names import DISTRIBUTED, FRAMEWORKS, USER_MODEL
+from hvdflow_wire.usage import DEFAULT_USAGE_SECONDS
 
 RESUME_MODES = ("auto", "never")
 STRATEGIES = ("allreduce", "neighbour")
@@ -47,7 +48,7 @@ class TrainSpec:
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
     resume: str = "auto"
-    usage_seconds: float = 5.0
+    usage_seconds: float = DEFAULT_USAGE_SECONDS
     """Seconds between samples of each rank's CPU, memory and GPU use (0: none)."""
     strategy: str = "allreduce"
     topology: Optional[str] = None

@@ -14,12 +14,13 @@ from hvdflow.runtime import Runtime
 from hvdflow.runtime.record import ContainerRecord
 from hvdflow_wire import WireError
 from hvdflow_wire.metrics import TrainingMetrics
+from hvdflow_wire.usage import DEFAULT_USAGE_SECONDS
 
 DIGITS = {"name": "digits", "source": "sklearn-digits", "validation_fraction": 0.1, "test_fraction": 0.2, "seed": 42,
           "shard_size_mb": 64, "skip_bad_samples": False}
 
 
-def smoke_spec(ranks: int, epochs: int, usage_seconds: float = 5.0) -> TrainSpec:
+def smoke_spec(ranks: int, epochs: int, usage_seconds: float = DEFAULT_USAGE_SECONDS) -> TrainSpec:
     """The smoke experiment: a 64-unit MLP, SGD with momentum, fixed seed; each rank's use sampled every
     ``usage_seconds`` (0: not sampled)."""
     return TrainSpec(ranks=ranks, model="mlp", hidden_units=64, epochs=epochs, batch_size=32, learning_rate=0.01,
@@ -27,7 +28,7 @@ def smoke_spec(ranks: int, epochs: int, usage_seconds: float = 5.0) -> TrainSpec
 
 
 def run_smoke(runtime: Runtime, record: ContainerRecord, launcher: str, ranks: int, out_dir: Path, epochs: int = 5,
-              fail_rank: int = -1, usage_seconds: float = 5.0) -> dict[str, object]:
+              fail_rank: int = -1, usage_seconds: float = DEFAULT_USAGE_SECONDS) -> dict[str, object]:
     """Run the smoke job in ``runtime`` (``record``'s container); write and return ``summary.json``."""
     (out_dir / "summary.json").unlink(missing_ok=True)
     dataset = out_dir / "dataset"
