@@ -117,6 +117,7 @@ def parse_time_error(tree: Path, profile: str, monkeypatch: pytest.MonkeyPatch) 
     (lambda c: c.update(colour="red"), "'colour' was unexpected"),
     (lambda c: c["experiments"]["demo"].update(resume="sometimes"), "'sometimes' is not one of ['auto', 'never']"),
     (lambda c: c["experiments"]["demo"].update(checkpoint_every=0), "0 is less than the minimum of 1"),
+    (lambda c: c["experiments"]["demo"].update(usage_seconds=-1), "-1 is less than the minimum of 0"),
     (lambda c: c["experiments"]["demo"].update(strategy="neighbour", topology="torus"),
      "'torus' is not one of ['ring', 'exp2', 'onepeer-exp2']"),
     (lambda c: c["experiments"]["demo"].update(strategy="neighbour", topology="exp2", ranks=3),
