@@ -246,10 +246,12 @@ def test_the_benchmark_compares_keras_pytorch_with_horovod_and_ddp_on_the_same_m
         assert float(table[(kind, 2, 1, "udocker", "bus_bandwidth_bytes_per_second", 1024 * 1024)]["mean"]) > 0
     measured = pipeline.json("results/benchmark/measurements/ddp-mlp-r2-n1-udocker-0.json")
     assert (measured["distributed"], measured["torch"][:5]) == ("ddp", "2.6.0")
-    # 10 steps of the MLP are milliseconds: each framework timed a longer pass, until it lasted min_seconds (1 here)
+    # every framework's window lasted min_seconds (1 here) with at least its 10 steps: 10 steps of the MLP are
+    # milliseconds, so a longer pass was timed, unless the machine's load made 10 steps last a second already (the
+    # 1-rank DDP MLP once did: 10 steps in 1.17 s); the longer pass's own test is in test_benchmark
     for kind in ("mlp", "torch-mlp", "ddp-mlp"):
         timed = pipeline.json(f"results/benchmark/measurements/{kind}-r1-n1-udocker-0.json")
-        assert timed["measured_seconds"] >= 1 and timed["steps"] > 10, (kind, timed["steps"], timed["measured_seconds"])
+        assert timed["measured_seconds"] >= 1 and timed["steps"] >= 10, (kind, timed["steps"], timed["measured_seconds"])
     log = (pipeline.root / "logs/benchmark_summary.log").read_text()
     assert "allreduce/TCP, udocker, 2 ranks on 1 node(s)" in log  # the network's, measured once by TensorFlow's sweep
     figure = pipeline.root / "results/benchmark/plots/frameworks.png"
