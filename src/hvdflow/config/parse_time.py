@@ -14,6 +14,7 @@ from hvdflow.config.checks import check_config, checked_benchmark
 from hvdflow.config.keyorder import key_sorted
 from hvdflow.config.profile import ClusterProfile, load_profile
 from hvdflow.errors import ConfigError
+from hvdflow.files.yamlfile import parse_yaml
 from hvdflow.images.catalog import ImageSpec, load_catalog
 
 SORTED_SECTIONS = ("datasets", "experiments")
@@ -35,9 +36,8 @@ def schema_problem(config: Mapping[str, Any], schema: Path) -> Optional[str]:
     wrong with its value (``experiments.demo.ranks: -2 is less than the minimum of 1``), not the schema's internals;
     None where the config is valid."""
     import jsonschema  # Snakemake's own dependency, as is its validate
-    import yaml
 
-    document = yaml.safe_load(schema.read_text())
+    document = parse_yaml(schema)
     validator = jsonschema.validators.validator_for(document)(document)
     error = jsonschema.exceptions.best_match(validator.iter_errors(config))
     if error is None:
