@@ -72,14 +72,14 @@ def kind_of(process: Process, parents: list[str]) -> str:
 
 
 def summary(processes: list[Process]) -> dict[str, tuple[int, float]]:
-    """Count and CPU seconds per kind (:func:`kind_of`), the parents followed through the recorded processes."""
-    by_pid = {p.pid: p for p in processes}
+    """Count and CPU seconds per kind (:func:`kind_of`). ``processes`` are in the file's order, the order they ended
+    in: a process's parent is the first process after it with its parent's pid (a parent ends after its children;
+    over a long run pids are reused, so the pid alone would name the wrong process)."""
     totals: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for process in processes:
-        parents, pid = [], process.ppid
-        while pid in by_pid and len(parents) < 8:
-            parents.append(by_pid[pid].command)
-            pid = by_pid[pid].ppid
+    ended_later: dict[int, list[str]] = {}   # pid -> that process's command and its parents' (nearest first)
+    for process in reversed(processes):
+        parents = ended_later.get(process.ppid, [])
+        ended_later[process.pid] = [process.command, *parents[:7]]
         total = totals[kind_of(process, parents)]
         total[0] += 1
         total[1] += process.cpu_seconds
