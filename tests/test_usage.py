@@ -28,8 +28,9 @@ sampler.start()
 ballast = bytearray(200 * 2 ** 20)  # 200 MiB made resident
 for i in range(0, len(ballast), 4096):
     ballast[i] = 1
-end = time.monotonic() + 1.5
-while time.monotonic() < end:
+# the busy child runs until it has spent 1 s of CPU (however loaded the machine), the sleeper for 1.5 s of wall time
+start, deadline = time.process_time(), time.monotonic() + 1.5
+while time.monotonic() < deadline or (sys.argv[1] == "busy" and time.process_time() - start < 1.0):
     if sys.argv[1] == "busy":
         sum(range(1000))
     else:
@@ -52,10 +53,10 @@ def test_a_busy_rank_and_a_waiting_one_are_told_apart_on_the_core_they_own() -> 
         assert usage["peak_rss_mib"] >= 200 and max(s[2] for s in usage["samples"]) >= 200
         assert len(usage["samples"]) >= 5 and [s[0] for s in usage["samples"]] == sorted(s[0] for s in usage["samples"])
         assert usage["gpu"] is None and usage["gpu_absent"] == "no GPU here"
-    # the busy loop holds its core (shared with the rest of the suite's load, so well below 1 at worst); the sleeper
-    # spends CPU only on making its memory resident
-    assert busy["cpu_utilization"] > 0.25 and waiting["cpu_utilization"] < 0.15, (busy, waiting)
-    assert busy["cpu_utilization"] > 2 * waiting["cpu_utilization"]
+        assert usage["cpu_utilization"] == pytest.approx(usage["cpu_seconds"] / usage["wall_seconds"], abs=0.01)
+    # the busy loop spent at least 1 s of CPU on its core; the sleeper spends CPU only on making its memory resident
+    # (0.16 s on a loaded CI machine). Shares of wall time are not compared: the suite's load sets them.
+    assert busy["cpu_seconds"] >= 1.0 and waiting["cpu_seconds"] < 0.5, (busy, waiting)
 
 
 def test_a_long_run_keeps_at_most_the_samples_it_may_merging_pairs() -> None:
