@@ -80,9 +80,6 @@ class HpcUser:
             "PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin",
             "PYTHONPATH": str(self.workspace / "src"),
             "HVDFLOW_CACHE": str(self.home / ".cache" / "hvdflow"),
-            # the profiles' default is auto (R1 here); the suite runs P1, the fallback every site has, unless a test
-            # asks for auto or R1 (test_runc_mode.py, the test bed's R1 test)
-            "HVDFLOW_EXECMODE": "P1",
             **slurm_client_env(),
         }
         env.update(extra)
