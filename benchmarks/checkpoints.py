@@ -28,12 +28,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from demo_tree import add_tree_options, tree_runtime
 from hvdflow.config.experiment import TrainSpec
-from hvdflow.config.profile import load_profile
 from hvdflow.errors import RunStopped
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
-from hvdflow.runtime import Runtime, runtime_for
+from hvdflow.runtime import Runtime
 
 SAVED = re.compile(r"hvdflow: checkpoint \S+ saved at .*, (\d+) bytes in ([\d.]+) s")
 
@@ -60,12 +60,10 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--models", nargs="+", default=["mlp", "small-cnn"])
-    parser.add_argument("--image-record", type=Path, default=Path("resources/images/hvdflow-cpu.json"))
+    add_tree_options(parser)
     parser.add_argument("--dataset", type=Path, default=Path("resources/datasets/digits"))
-    parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
-    parser.add_argument("--profile", type=Path, default=Path("profiles/local/hvdflow.yaml"))
     args = parser.parse_args()
-    runtime = runtime_for(load_profile(args.profile).runtime, args.image_record, args.catalog)
+    runtime = tree_runtime(args)
     dataset = args.dataset.resolve()
     rows: dict[str, list[dict[str, float]]] = {model: [] for model in args.models}
     print(f"{'model':10} {'rep':>3} {'ckpt bytes':>10} {'save s':>7} {'overhead':>8} {'wall every/end':>14} "

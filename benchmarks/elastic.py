@@ -29,14 +29,15 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from demo_tree import add_tree_options, tree_runtime
 from hvdflow.config.experiment import TrainSpec
-from hvdflow.config.profile import load_profile
 from hvdflow.errors import LaunchError
-from hvdflow.launch.elastic import ElasticSettings, read_events, timeline
+from hvdflow.launch.elastic import read_events, timeline
+from hvdflow.launch.request import ElasticSettings
 from hvdflow.pipeline.plots import plot_membership
 from hvdflow.pipeline.resume import identity_of
 from hvdflow.pipeline.stages import train
-from hvdflow.runtime import Runtime, runtime_for
+from hvdflow.runtime import Runtime
 
 KILL = "1:3.3:kill:once"
 """Rank 1, after step 3 of epoch 3: 3 steps of work since epoch 2's end (the checkpoint and the elastic commit)."""
@@ -91,13 +92,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--image-record", type=Path, default=Path("resources/images/hvdflow-cpu.json"))
+    add_tree_options(parser)
     parser.add_argument("--dataset", type=Path, default=Path("resources/datasets/digits"))
-    parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
-    parser.add_argument("--profile", type=Path, default=Path("profiles/local/hvdflow.yaml"))
     parser.add_argument("--figure", type=Path, help="draw the last elastic run's membership here (PNG)")
     args = parser.parse_args()
-    runtime = runtime_for(load_profile(args.profile).runtime, args.image_record, args.catalog)
+    runtime = tree_runtime(args)
     dataset = args.dataset.resolve()
     spec = TrainSpec(ranks=3, model="mlp", hidden_units=64, epochs=args.epochs, batch_size=32, learning_rate=0.01,
                      momentum=0.9, warmup_epochs=1, seed=1234)

@@ -32,11 +32,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from dataset_files import BANDS, write_ben_v1  # noqa: E402
+from demo_tree import add_tree_options, tree_profile, tree_runtime  # noqa: E402
 from hvdflow.config.experiment import TrainSpec  # noqa: E402
-from hvdflow.config.profile import load_profile  # noqa: E402
 from hvdflow.launch.supervise import run_one  # noqa: E402
 from hvdflow.pipeline.stages import gather_dataset, list_dataset, prepare_chunk, train  # noqa: E402
-from hvdflow.runtime import runtime_for  # noqa: E402
 
 
 def prepare_chunks(runtime, manifest: Path, out: Path, jobs: int, pinned: bool, log: Path) -> tuple[float, list[dict]]:  # type: ignore[no-untyped-def,type-arg]
@@ -72,12 +71,10 @@ def main() -> None:
     parser.add_argument("--patches", type=int, default=400)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=3, help="epochs of the step-rate training run")
-    parser.add_argument("--profile", type=Path, default=Path("profiles/local/hvdflow.yaml"))
-    parser.add_argument("--image-record", type=Path, default=Path("resources/images/hvdflow-cpu.json"))
-    parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
+    add_tree_options(parser)
     args = parser.parse_args()
-    profile = load_profile(args.profile)
-    runtime = runtime_for(profile.runtime, args.image_record, args.catalog)
+    profile = tree_profile(args)
+    runtime = tree_runtime(args)
     with tempfile.TemporaryDirectory(prefix="hvdflow-bench-", dir=Path.cwd()) as tmp:
         base = Path(tmp)
         raw = write_ben_v1(base / "raw", args.patches)

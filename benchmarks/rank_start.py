@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from hvdflow.config.profile import load_profile
-from hvdflow.runtime import Runtime, runtime_for
+from demo_tree import add_tree_options, tree_runtime
+from hvdflow.runtime import Runtime
 from hvdflow.runtime.udocker.client import run_argv
 from hvdflow.runtime.udocker.runtime import UdockerRuntime
 
@@ -72,20 +72,17 @@ def main() -> None:
     """Time every layer of every mode, rep by rep, and print the medians and the ratios."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--image-record", type=Path, default=Path("resources/images/hvdflow-cpu.json"))
-    parser.add_argument("--catalog", type=Path, default=Path("containers/catalog.yaml"))
-    parser.add_argument("--profile", type=Path, default=Path("profiles/local/hvdflow.yaml"))
+    add_tree_options(parser)
     parser.add_argument("--native", type=Path, default=None, metavar="PROFILE",
                         help="also the native venv of this profile (profiles/local-native/hvdflow.yaml)")
     args = parser.parse_args()
-    profile = load_profile(args.profile)
     modes: dict[str, dict[str, Callable[[], float]]] = {}
     for mode in ("P1", "R1"):
-        runtime = runtime_for(profile.runtime, args.image_record, args.catalog, mode)
+        runtime = tree_runtime(args, mode)
         assert isinstance(runtime, UdockerRuntime)
         modes[mode] = udocker_layers(runtime, mode)
     if args.native is not None:
-        modes["native"] = native_layers(runtime_for(load_profile(args.native).runtime, args.image_record, args.catalog))
+        modes["native"] = native_layers(tree_runtime(args, profile=args.native))
     samples: dict[tuple[str, str], list[float]] = {}
     for rep in range(args.reps + 1):  # rep 0 warms the page cache and the containers; not counted
         for mode, layers in modes.items():

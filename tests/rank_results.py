@@ -26,7 +26,11 @@ def rank_result_json(rank: int, **changes: Any) -> dict[str, Any]:
             "tensorflow": "2.15.1", "horovod": "0.28.1", "python": "3.11.2", "execmode": "P1",
             "usage": {"interval_seconds": 5.0, "cores": 1, "wall_seconds": 12.5, "cpu_seconds": 10.0,
                       "cpu_utilization": 0.8, "peak_rss_mib": 612.4, "samples": [[5.0, 0.75, 600.1], [10.0, 0.9, 610.0]],
-                      "gpu": None, "gpu_absent": "no NVIDIA driver on h"}, **changes}
+                      "gpu": None, "gpu_absent": "no NVIDIA driver on h"},
+            "step_times": [{"epoch": 0, "steps": 2, "input_seconds": 0.05, "compute_seconds": 0.3,
+                            "communication_seconds": 0.1},
+                           {"epoch": 1, "steps": 2, "input_seconds": 0.01, "compute_seconds": 0.15,
+                            "communication_seconds": 0.05}], **changes}
 
 
 def rank_result(rank: int, **changes: Any) -> RankResult:

@@ -90,6 +90,19 @@ def test_demo_trains_evaluates_reports_and_records(demo: Pipeline, cpu_image: Bu
     assert record["code"]["hvdflow_source"] == str(demo.root / "src")
     assert (demo.root / "logs/benchmarks/train/demo.tsv").is_file()
     assert demo.processes() == [], "a rank, rendezvous server or proot outlived the run"
+    # where each rank's steps spent their time, every epoch (the verdict on it: hvdflow report)
+    for rank in record["ranks"]:
+        # every step of the first epoch but the one that traced Keras' step function, then as many as the marks'
+        # budget allows on steps of a millisecond or two (hvdflow_trainer.keras.step_times)
+        epochs = [e["epoch"] for e in rank["step_times"]]
+        assert epochs[0] == 0 and epochs == sorted(set(epochs)) and epochs[-1] <= 9, rank["step_times"]
+        assert rank["step_times"][0]["steps"] == 19 and sum(e["steps"] for e in rank["step_times"]) < 200
+        epoch_seconds = demo.json(f"results/demo/rank-{rank['rank']}.json")["epoch_seconds"]
+        for epoch in rank["step_times"]:
+            steps = epoch["input_seconds"] + epoch["compute_seconds"] + epoch["communication_seconds"]
+            assert 0 < steps <= epoch_seconds[epoch["epoch"]] and epoch["compute_seconds"] > 0, (epoch, epoch_seconds)
+    report = demo.hvdflow("report", "results/demo")
+    assert report.returncode == 0 and "\nverdict: " in report.stdout and "rank  host" in report.stdout, report
     # one attempt, its checkpoints kept and marked finished; the rule's log follows the epochs
     assert [(a["outcome"], a["from"], a["to"]) for a in record["attempts"]] == [("completed", "the start", "epoch 10 step 0")]
     manifest = json.loads((demo.root / "results/demo/checkpoints/manifest.json").read_text())
@@ -119,7 +132,7 @@ def test_second_call_has_nothing_to_do_and_a_changed_hyperparameter_reruns_only_
         config.write_text(original)
     jobs = dry.stdout + dry.stderr
     assert dry.returncode == 0, jobs
-    for rule in ("train", "evaluate", "plot_learning_curves", "plot_confusion_matrix", "record_page"):
+    for rule in ("train", "evaluate", "plot_learning_curves", "plot_confusion_matrix", "plot_allocation", "record_page"):
         assert f"rule {rule}:" in jobs
     for rule in ("pull_image", "list_dataset", "prepare_chunk", "prepare_dataset"):
         assert f"rule {rule}:" not in jobs
@@ -129,7 +142,8 @@ def test_report_has_the_figures(demo: Pipeline) -> None:
     proc = demo.snakemake("--report", "report.html")
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = (demo.root / "report.html").read_text()
-    for name in ("learning_curves.png", "confusion_matrix.png", "per_class.png", "evaluation.json", "run-record.html"):
+    for name in ("learning_curves.png", "confusion_matrix.png", "per_class.png", "allocation.png", "evaluation.json",
+                 "run-record.html"):
         assert name in html
     # the run record's page, embedded in the report, names the image by digest and the code's commit
     record = demo.json("results/demo/run.json")
@@ -443,6 +457,8 @@ def test_neighbour_training_equals_allreduce_on_complete_graphs_and_resumes_to_t
         assert record["config"]["experiment"]["strategy"] == "neighbour"
         rank = pipeline.json(f"results/nb{ranks}/rank-{ranks - 1}.json")
         assert (rank["strategy"], rank["topology"]) == ("neighbour", "ring")
+        # the neighbour exchange is the steps' communication, timed inside the compiled step
+        assert all(e["communication_seconds"] > 0 for e in rank["step_times"]), rank["step_times"]
         # bytes per step: the ring allreduce's 2(n-1)/n of the gradients, one model per neighbour (as counted)
         for name, expected in ((f"ar{ranks}", 2 * (ranks - 1) * MLP_BYTES // ranks),
                                (f"nb{ranks}", (ranks - 1) * MLP_BYTES)):
@@ -495,6 +511,28 @@ def test_a_rank_crashing_mid_training_fails_the_job_and_leaves_no_result(demo: P
     for name in ("model", "metrics.json", "run.json", "evaluation.json"):
         assert not (pipeline.root / "results/demo" / name).exists(), name
     assert pipeline.processes() == [], "a rank, rendezvous server or proot outlived the failed run"
+
+
+def test_an_input_bound_run_and_a_communication_bound_one_each_get_their_verdict(
+        demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
+    base = {"dataset": "digits", "image": "hvdflow-cpu", "model": "mlp", "epochs": 2, "batch_size": 32,
+            "learning_rate": 0.01}
+    pipeline = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={
+        # the input pipeline sleeps 50 ms before each batch (a reader that cannot keep up)
+        "slow": {**base, "ranks": 2},
+        # four ranks on two cores: each waits for the others' gradients while they wait for a core
+        "crowded": {**base, "ranks": 4}})
+    proc = pipeline.snakemake("results/slow/run.json", extra_env={"HVDFLOW_INJECT_SLOW_STEPS": "0.05:input"})
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    proc = pipeline.snakemake("results/crowded/run.json")
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    for name, verdict in (("slow", "input-bound: the ranks waited "), ("crowded", "communication-bound: ")):
+        report = pipeline.hvdflow("report", f"results/{name}")
+        assert report.returncode == 0 and f"\nverdict: {verdict}" in report.stdout, report.stdout
+    record = pipeline.json("results/slow/run.json")
+    steps = sum(e["steps"] for e in record["ranks"][0]["step_times"])
+    assert sum(e["input_seconds"] for e in record["ranks"][0]["step_times"]) >= 0.05 * steps * 0.9
+    assert pipeline.processes() == []
 
 
 def test_a_stop_signal_checkpoints_mid_epoch_and_the_next_call_resumes_past_a_corrupt_checkpoint(

@@ -66,6 +66,11 @@ def test_pytorch_trains_with_horovod_and_ddp_to_one_model_evaluates_and_records_
         assert len(history) == 1 + TORCH["epochs"]
         for split in ("train", "validation"):
             assert list((trained.root / f"results/{mode}/tensorboard/{split}").glob("events.out.tfevents.*"))
+        # each rank timed its steps: Horovod's wait in synchronize(), DDP's after the last gradient was ready
+        for rank in record["ranks"]:
+            assert [e["epoch"] for e in rank["step_times"]] == list(range(TORCH["epochs"])), rank["step_times"]
+            assert sum(e["communication_seconds"] for e in rank["step_times"]) > 0, rank["step_times"]
+            assert all(e["compute_seconds"] > 0 and e["input_seconds"] > 0 for e in rank["step_times"])
     # with two ranks Horovod's average and DDP's are the same sums: one model, bit for bit
     assert records["hvd"]["weights_sha256"] == records["ddp"]["weights_sha256"]
     assert records["hvd"]["history"] == records["ddp"]["history"]
@@ -96,6 +101,9 @@ def test_a_users_own_torch_training_loop_trains_under_ddp_and_its_traced_model_i
     assert {r["weights_sha256"] for r in record["ranks"]} == {record["weights_sha256"]}
     history = (trained.root / "results/loop/history.csv").read_text().splitlines()
     assert history[0] == "epoch,accuracy,loss,val_accuracy,val_loss" and len(history) == 1 + TORCH["epochs"]
+    # a loop of the user's own is not timed step by step, and the report says so
+    assert [r["step_times"] for r in record["ranks"]] == [None, None]
+    assert "verdict: unmeasured: its ranks did not time their steps" in trained.hvdflow("report", "results/loop").stdout
     # the script's module was saved as TorchScript: evaluation ran it without the script's code
     assert trained.json("results/loop/evaluation.json")["accuracy"] > 0.8
 

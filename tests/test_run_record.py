@@ -110,7 +110,14 @@ def test_the_report_page_shows_the_record_escaped(tmp_path: Path, monkeypatch: p
     page = record_page(record)
     assert f"hvdflow/hvdflow-cpu:t@sha256:{SHA}" in page and "<b>e</b>" not in page and "&lt;b&gt;e&lt;/b&gt;" in page
     assert "Slurm</th><td>none: this machine" in page and "1 flags: avx2" in page
-    assert page.count("<tr><td>") == 2 + 1 + 2 + 1  # two ranks, one host, their use of it, one attempt
+    # two ranks, one host, their use of it, their steps, two epochs' step times, an attempt
+    assert page.count("<tr><td>") == 2 + 1 + 2 + 2 + 2 + 1
+    assert "<tr><td>0</td><td>4</td><td>225.0</td><td>11 %</td><td>67 %</td><td>22 %</td></tr>" in page
     assert "<td>80 %</td><td>612 MiB</td><td>no NVIDIA driver on h</td><td>12.5</td><td>2 every 5.0 s</td>" in page
-    del record["ranks"][1]["usage"]  # a record made before ranks[].usage
-    assert "<td>1</td><td>h</td><td>not sampled</td>" in record_page(record)
+    assert "<td>1</td><td>h</td><td>4</td><td>0.060</td><td>0.450</td><td>0.150</td>" in page
+    assert "<th>verdict</th><td>compute-bound: 68 % of step time computing" in page
+    record["record_version"] = 2  # a record made before ranks[].usage and ranks[].step_times
+    for rank in record["ranks"]:
+        del rank["usage"], rank["step_times"]
+    page = record_page(record)
+    assert "<td>1</td><td>h</td><td>not sampled</td>" in page and "made before hvdflow measured its steps" in page

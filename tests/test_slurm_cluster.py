@@ -159,6 +159,13 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
             "--open-mode=append"} <= set(sbatch.split()), sbatch
     evaluation = pipeline.json("results/cluster/evaluation.json")
     assert evaluation["accuracy"] > 0.8
+    # how the allocation was used: hvdflow's step times and Slurm's accounting of the job, side by side
+    report = pipeline.hvdflow("report", "results/cluster")
+    assert report.returncode == 0, report.stderr
+    assert f"Slurm's accounting of job {slurm['job_id']} (sacct):" in report.stdout, report.stdout
+    steps = [line.split() for line in report.stdout.splitlines() if line.startswith(f"{slurm['job_id']}.")]
+    assert any(row[1] == "batch" and row[2] == "COMPLETED" for row in steps), report.stdout
+    assert "\nverdict: " in report.stdout and [r["rank"] for r in record["ranks"] if r["step_times"]] == [0, 1, 2, 3]
 
 
 def test_execmode_auto_runs_each_nodes_ranks_under_runc_and_gives_the_weights_of_p1(

@@ -60,7 +60,7 @@ def test_dry_run_with_every_profile(tree: Path, profile: str) -> None:
     assert proc.returncode == 0, proc.stderr
     jobs = proc.stdout + proc.stderr
     for rule in ("pull_image", "list_dataset", "prepare_chunk", "prepare_dataset", "train", "evaluate",
-                 "plot_learning_curves", "plot_per_class", "plot_confusion_matrix", "record_page"):
+                 "plot_learning_curves", "plot_per_class", "plot_confusion_matrix", "plot_allocation", "record_page"):
         assert f"rule {rule}:" in jobs or f"localrule {rule}:" in jobs
 
 

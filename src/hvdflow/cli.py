@@ -1,5 +1,5 @@
 """The ``hvdflow`` command: build, push and pull images, install cluster profiles, serve a test registry, run the
-smoke job, rerun a recorded run, start the test-bed cluster."""
+smoke job, rerun a recorded run, report how a run used its allocation, start the test-bed cluster."""
 
 from __future__ import annotations
 
@@ -330,6 +330,17 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     return rerun(request).exit_status
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Print how a recorded run used its allocation and what limited it."""
+    from hvdflow.pipeline.run_report import read_record, record_path, report_text
+    from hvdflow.slurm.sacct import job_accounting
+
+    record = read_record(record_path(args.run))
+    slurm = record.get("slurm")
+    print(report_text(record, job_accounting(str(slurm["job_id"])) if slurm else None), end="")
+    return 0
+
+
 def _exec_as_namespace_root(argv: list[str]) -> None:
     """Run this command again, in place of this process, as root of a user namespace holding this user's
     subordinate ids (mmdebstrap and chroot need root; ``images.build.rootless`` says how)."""
@@ -346,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hvdflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_image_parsers, _registry_parser, _smoke_parser, _profile_parsers, _site_parser, _doctor_parser,
-                _rerun_parser, _testbed_parser):
+                _rerun_parser, _report_parser, _testbed_parser):
         add(sub)
     return parser
 
@@ -521,6 +532,17 @@ def _rerun_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     again.add_argument("--image-archive", type=Path, default=None, help="take the recorded image from this OCI archive "
                        "(`hvdflow image save`) and use no registry: the archive must hold the recorded digest")
     again.set_defaults(func=cmd_rerun)
+
+
+def _report_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``hvdflow report RUN``."""
+    report = sub.add_parser("report", help="how a recorded run used its allocation, and what limited it",
+                            description="Print each rank's step times (waiting for input, computing, waiting for the "
+                            "other ranks), its CPU use, memory and GPU, the split per epoch, Slurm's accounting of "
+                            "the job (sacct) where it ran in one, and a one-line verdict with the fix (a "
+                            "straggler, input-bound, communication-bound or compute-bound).")
+    report.add_argument("run", type=Path, help="the run's run.json, or its folder (results/<experiment>)")
+    report.set_defaults(func=cmd_report)
 
 
 def _testbed_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,9 +1,10 @@
-"""Fault injection for tests, the trainer's side: one rank fails on purpose at a given position, or every step is
-slowed down.
+"""Fault injection for tests, the trainer's side: one rank fails on purpose at a given position, every step is
+slowed down, or every batch is slow to come.
 
 The host passes the test's request (``HVDFLOW_INJECT_RANK_FAILURE``, see :mod:`hvdflow.launch.faults`) as hidden
 options (:meth:`hvdflow_trainer.options.TrainOptions.parser` declares them); :func:`injected_failures` is the one
-call the step loop makes: an empty list unless a test asked for a failure. Nothing else in the trainer knows about them.
+call the step loop makes: an empty list unless a test asked for a failure. A slow input is the loops' data wrapped
+(:func:`slowed_batches`, Keras' ``keras.data.slowed``). Nothing else in the trainer knows about them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import List, Union
+from typing import Iterable, Iterator, List, TypeVar, Union
 
 from .options import TrainOptions
 
@@ -80,6 +81,16 @@ class SlowSteps:
 
     def after_epoch(self, rank: int, epoch: int) -> None:
         """Called at the end of an epoch: nothing more."""
+
+
+T = TypeVar("T")
+
+
+def slowed_batches(batches: Iterable[T], seconds: float) -> Iterator[T]:
+    """``batches``, each after ``seconds`` of sleep (``--slow-input``: an input pipeline that cannot keep up)."""
+    for batch in batches:
+        time.sleep(seconds)
+        yield batch
 
 
 InjectedFault = Union[InjectedFailure, SlowSteps]

@@ -82,6 +82,7 @@ def _fault_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(option, type=kind, action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--fail-once", action="count", default=0, help=argparse.SUPPRESS)
     parser.add_argument("--slow-steps", type=float, default=0.0, help=argparse.SUPPRESS)
+    parser.add_argument("--slow-input", type=float, default=0.0, help=argparse.SUPPRESS)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class TrainOptions(UserModelOptions):
     fail_how: List[str] = field(default_factory=list)
     fail_once: int = 0
     slow_steps: float = 0.0
+    slow_input: float = 0.0
 
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:

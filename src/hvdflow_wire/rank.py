@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from .placement import Placement
+from .steps import EpochSteps
 from .usage import RankUsage
 from .values import from_json, read_object, to_json, write_object
 
@@ -56,6 +57,9 @@ class RankResult(Placement):
     usage: Optional[RankUsage]
     """How the rank used its cores, memory and GPU (:mod:`hvdflow_wire.usage`); None where it was not sampled
     (``--usage-seconds 0``)."""
+    step_times: Optional[List[EpochSteps]]
+    """Where the rank's training steps spent their time, per epoch (:mod:`hvdflow_wire.steps`); None where it was not
+    measured (``--usage-seconds 0``, or a user's own training loop)."""
 
     def to_json(self) -> Dict[str, Any]:
         """The result as the JSON object of ``rank-<r>.json``."""

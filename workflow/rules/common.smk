@@ -135,14 +135,16 @@ def get_train_inputs(wildcards):
 
 
 def get_final_outputs():
-    """Evaluation, report figures and the run record's page of every experiment; a confusion matrix for single-label
-    data only, the membership figure for elastic runs only."""
+    """Every experiment's evaluation, figures (learning curves, per class, its use of the allocation) and record page;
+    a confusion matrix for single-label data only, the membership figure for elastic runs only.
+    """
     outputs = []
     for name, entry in config["experiments"].items():
         outputs += [
             f"results/{name}/evaluation.json",
             f"results/{name}/plots/learning_curves.png",
             f"results/{name}/plots/per_class.png",
+            f"results/{name}/plots/allocation.png",
             f"results/{name}/run-record.html",
         ]
         if task_of(config["datasets"][entry["dataset"]]) == "single-label":

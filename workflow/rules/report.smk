@@ -30,6 +30,22 @@ rule plot_membership:
         steps.membership_rule(wildcards, input, output, log)
 
 
+rule plot_allocation:
+    input:
+        record="results/{experiment}/run.json",
+    output:
+        plot=report(
+            "results/{experiment}/plots/allocation.png",
+            caption="../report/allocation.rst",
+            category="{experiment}",
+        ),
+    log:
+        "logs/plot_allocation/{experiment}.log",
+    localrule: True
+    run:
+        steps.allocation_rule(wildcards, input, output, log)
+
+
 rule plot_confusion_matrix:
     input:
         evaluation="results/{experiment}/evaluation.json",

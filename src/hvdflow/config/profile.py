@@ -194,7 +194,7 @@ def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """The ``hvdflow.yaml`` settings that load back into the profile a run record holds (its ``profile``: a
     ClusterProfile as JSON), so a rerun runs where and how the recorded run did. They are written in the layout of
     the code that made the record, which is the code the rerun runs (the recorded revision's worktree): a
-    record_version 2 profile's ``runtime:`` section as it was, a version 1 profile's runtime keys at the top level."""
+    record_version 2 or 3 profile's ``runtime:`` section as it was, a version 1 profile's runtime keys at the top level."""
     settings: dict[str, Any] = {
         "registry": recorded["registry"], "launcher": recorded["launcher"],
         "network_interface": recorded["network_interface"], "cpu_bind": recorded["cpu_bind"],
@@ -223,7 +223,7 @@ def profile_settings(recorded: Mapping[str, Any]) -> dict[str, Any]:
 
 def recorded_runtime(recorded: Mapping[str, Any]) -> dict[str, Any]:
     """The ``runtime:`` section of the recorded profile ``recorded``: its kind, image store and the kind's own
-    settings as written (record_version 2), or made from the top-level keys of a record_version 1 profile."""
+    settings as written (record_version 2 and 3), or made from the top-level keys of a record_version 1 profile."""
     runtime = recorded["runtime"]
     if isinstance(runtime, Mapping):
         return {"kind": runtime["kind"], "udocker_dir": str(runtime["udocker_dir"]),

@@ -5,6 +5,7 @@
   :func:`trainer_args` turns them into the trainer's hidden options (:mod:`hvdflow_trainer.faults` reads them).
 - ``HVDFLOW_INJECT_SLOW_STEPS=SECONDS`` makes every rank sleep that long after each step: a run that outlasts a
   Slurm time limit however fast or loaded the machine is, with the weights of an unslowed run.
+  ``SECONDS:input`` makes every rank's input pipeline sleep that long before each batch instead: an input-bound run.
 - ``HVDFLOW_ELASTIC_SLOTS`` is how many one-rank slots this machine offers an elastic run (default: the experiment's
   ``ranks``), to start a run on fewer ranks than it is set for, as a Slurm job that got fewer nodes would.
 
@@ -37,16 +38,19 @@ def injected_slow_steps() -> Optional[str]:
 
 def trainer_args(fail: Optional[str], slow_steps: Optional[str] = None) -> list[str]:
     """The trainer's hidden test options for ``RANK:EPOCH[.STEP][:exit|exit0|kill|signal][:once]``, or several of
-    them separated by commas, and for ``slow_steps`` seconds after each step (none for None)."""
+    them separated by commas, and for ``slow_steps`` (``SECONDS`` after each step, ``SECONDS:input`` before each
+    batch; none for None)."""
     args: list[str] = []
     if slow_steps:
+        number, _, where = slow_steps.partition(":")
         try:
-            seconds = float(slow_steps)
+            seconds = float(number)
         except ValueError:
             seconds = -1.0
-        if not 0 <= seconds <= 3600:
-            raise LaunchError(f"{INJECT_SLOW_STEPS}={slow_steps!r}: say a number of seconds from 0 to 3600")
-        args += ["--slow-steps", str(seconds)]
+        if not 0 <= seconds <= 3600 or where not in ("", "input"):
+            raise LaunchError(f"{INJECT_SLOW_STEPS}={slow_steps!r}: say a number of seconds from 0 to 3600, then "
+                              "optionally :input")
+        args += ["--slow-input" if where else "--slow-steps", str(seconds)]
     if not fail:
         return args
     specs = fail.split(",")

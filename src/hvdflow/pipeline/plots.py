@@ -87,6 +87,47 @@ def plot_membership(record_json: Path, out: Path, title: str) -> None:
     fig.suptitle(f"{title}: elastic membership (min {elastic['min_ranks']}, max {elastic['max_ranks']} ranks)")
     save(fig, out)
 
+def plot_allocation(record_json: Path, out: Path, title: str) -> None:
+    """How the run used its allocation (:mod:`.verdict`): each rank's CPU use of its cores and its resident memory
+    over time (the usage samples), and the ranks' step time per epoch split into input, compute and communication;
+    the verdict as the title."""
+    from .verdict import PARTS, allocation_verdict, epoch_sums
+
+    record = json.loads(record_json.read_text())
+    verdict = allocation_verdict(record)
+    fig, (cpu, memory, split) = plt.subplots(1, 3, figsize=(15, 4))
+    for rank in record["ranks"]:
+        samples = (rank.get("usage") or {}).get("samples") or []
+        if samples:
+            label = f"rank {rank['rank']} ({rank['hostname']})"
+            cpu.plot([s[0] for s in samples], [100 * s[1] for s in samples], marker=".", label=label)
+            memory.plot([s[0] for s in samples], [s[2] for s in samples], marker=".", label=label)
+    cpu.set_ylabel("CPU use of the rank's cores (%)")
+    memory.set_ylabel("resident memory (MiB)")
+    for ax in (cpu, memory):
+        ax.set_xlabel("seconds since the rank's start")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+    sums = epoch_sums(record)
+    epochs = list(sums)
+    bottom = [0.0] * len(epochs)
+    for k, part in enumerate(PARTS):
+        shares = [100 * sums[e][1][k] / (sum(sums[e][1]) or 1.0) for e in epochs]
+        split.bar(epochs, shares, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, shares)]
+    split.set_xlabel("epoch")
+    split.set_ylabel("share of the ranks' step time (%)")
+    split.set_ylim(0, 100)
+    if epochs:
+        split.legend(fontsize=8)
+    else:
+        split.text(0.5, 0.5, "steps not timed", ha="center", transform=split.transAxes)
+    fig.suptitle(f"{title}: {wrap_label(verdict.line, 150, 2)}", fontsize=9)
+    save(fig, out)
+
+
 def plot_confusion_matrix(evaluation_json: Path, out: Path, title: str) -> None:
     """The confusion matrix with counts, and per-class precision and recall beside it."""
     evaluation = read_evaluation(str(evaluation_json))

@@ -38,8 +38,9 @@ from hvdflow_index import content_sha256
 from hvdflow_wire.rank import RankResult
 from hvdflow_wire.values import to_json
 
-RECORD_VERSION = 2
-"""The shape of run.json; raised whenever a key changes meaning or goes away."""
+RECORD_VERSION = 3
+"""The shape of run.json; raised whenever a key changes meaning, goes away or becomes required (3: every rank's
+``usage`` and ``step_times``)."""
 
 
 def _git_revision(directory: Path) -> dict[str, Any]:
@@ -203,7 +204,7 @@ def run_record(name: str, spec: Mapping[str, Any], config: Mapping[str, Any], pr
         "ranks": [{**{k: getattr(r, k) for k in ("rank", "local_rank", "cross_rank", "hostname", "cuda_visible_devices",
                                                  "cpus", "threads", "controller", "weights_sha256", "first_step_unix",
                                                  "execmode")},
-                   "usage": to_json(r.usage)}
+                   "usage": to_json(r.usage), "step_times": to_json(r.step_times)}
                   for r in results],
         "cpu_bind": profile.cpu_bind,
         "hosts": sorted({r.hostname for r in results}),

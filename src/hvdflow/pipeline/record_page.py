@@ -13,6 +13,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from .run_report import EPOCH_HEADER, epoch_rows
+from .verdict import allocation_verdict
+
 _STYLE = ("body{font-family:sans-serif;font-size:14px}table{border-collapse:collapse;margin-bottom:1em}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}")
 
@@ -66,6 +69,7 @@ def _usage(usage: Optional[dict[str, Any]]) -> list[Any]:
 def record_page(record: dict[str, Any]) -> str:
     """The HTML page of a run record."""
     image = record["image"]
+    verdict = allocation_verdict(record)
     versions = record["versions"]
     proot = record["proot"]
     parts = [
@@ -90,6 +94,15 @@ def record_page(record: dict[str, Any]) -> str:
         _grid("How the ranks used their allocation", ["rank", "host", "cores", "CPU use", "peak memory", "GPU",
                                                       "seconds", "samples"],
               [[r["rank"], r["hostname"], *_usage(r.get("usage"))] for r in record["ranks"]]),
+        _table("What limited the run", [("verdict", verdict.line), *(
+            (f"{part} share of step time", f"{100 * share:.0f} %") for part, share in verdict.shares.items()),
+            ("slowest rank", f"{verdict.slowest.rank} on {verdict.slowest.hostname} ({verdict.slowest.seconds:.2f} s "
+                             f"in {verdict.slowest.steps} steps)" if verdict.slowest else None)]),
+        _grid("The step time per epoch, all ranks", EPOCH_HEADER, epoch_rows(record)),
+        _grid("Where the ranks' steps spent their time", ["rank", "host", "steps", "input s", "compute s",
+                                                          "communication s"],
+              [[r.rank, r.hostname, r.steps, f"{r.input_seconds:.3f}", f"{r.compute_seconds:.3f}",
+                f"{r.communication_seconds:.3f}"] for r in verdict.ranks]),
         _grid("Attempts", ["attempt", "where", "from", "to", "outcome"],
               [[a["attempt"], a["slurm_job_id"] or a["host"], a["from"], a.get("to"), a["outcome"]]
                for a in record["attempts"]]),

@@ -290,6 +290,14 @@ def membership_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
         plot_membership(Path(input.record), Path(output.plot), wildcards.experiment)
 
 
+def allocation_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
+    """Rule plot_allocation."""
+    from hvdflow.pipeline.plots import plot_allocation
+
+    with logged(Path(log[0])):
+        plot_allocation(Path(input.record), Path(output.plot), wildcards.experiment)
+
+
 def confusion_matrix_rule(wildcards: Any, input: Any, output: Any, log: Any) -> None:
     """Rule plot_confusion_matrix."""
     from hvdflow.pipeline.plots import plot_confusion_matrix

@@ -15,7 +15,7 @@ from hvdflow.errors import RerunRefused
 from hvdflow.files.atomic import write_text_atomic
 from hvdflow.images.lockfile import write_lock_entry
 
-RECORD_VERSIONS = (1, 2)
+RECORD_VERSIONS = (1, 2, 3)
 """The run-record versions this hvdflow can rerun."""
 _NEEDED = ("experiment", "config", "profile", "image", "code", "inputs_sha256", "weights_sha256", "history",
            "versions", "machines", "numerics", "seeds")

@@ -3,6 +3,7 @@ epoch's seed, decoded and batched; and the labels that a non-IID plan sorts by."
 
 from __future__ import annotations
 
+import time
 from typing import Dict, List, Optional
 
 import tensorflow as tf
@@ -68,3 +69,19 @@ def rank_dataset(paths: List[str], index: Dict[str, object], split: str, rank: i
         options.threading.private_threadpool_size = threads
         data = data.with_options(options)
     return data, per_rank, mode
+
+
+def slowed(dataset, seconds: float):  # type: ignore[no-untyped-def]
+    """``dataset`` with ``seconds`` of sleep before each batch (a test's input pipeline that cannot keep up:
+    ``--slow-input``); the batches themselves unchanged."""
+
+    def sleep_then(x):  # type: ignore[no-untyped-def]
+        time.sleep(seconds)
+        return x
+
+    def slow(x, y):  # type: ignore[no-untyped-def]
+        waited = tf.py_function(sleep_then, [x], x.dtype)
+        waited.set_shape(x.shape)
+        return waited, y
+
+    return dataset.map(slow)

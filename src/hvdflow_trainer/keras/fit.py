@@ -33,14 +33,16 @@ from ..input_plan import label_sorted_positions
 from ..options import TrainOptions
 from ..placement import pick_gpu
 from ..run_control import Position, StopFlag
+from ..step_times import StepClock
 from ..user_code import user_model_of
 from .callbacks import AverageStatistics, EpochTimer, InjectedFailureCallback, ResumableWarmup, run_control_callbacks
 from .checkpoints import RunCheckpoints, floating_non_trainable
-from .data import first_labels, rank_dataset
+from .data import first_labels, rank_dataset, slowed
 from .models import build_model, loss_and_metrics, sgd
 from .neighbours import Communication, NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
 from .randomness import use_resumable_generators
+from .step_times import StepTimes
 
 
 def set_up_rank(args: TrainOptions) -> None:
@@ -172,19 +174,21 @@ class FitLoop:
     """One ``fit`` per epoch from a position to the last epoch, with one layout's ranks."""
 
     def __init__(self, args: TrainOptions, flag: StopFlag, model, checkpoints: RunCheckpoints,  # type: ignore[no-untyped-def]
-                 neighbours: Optional[NeighbourAveraging], scaled_lr: float, nominal: int, timer: EpochTimer) -> None:
+                 neighbours: Optional[NeighbourAveraging], scaled_lr: float, nominal: int, timer: EpochTimer,
+                 step_times: Optional[StepTimes]) -> None:
         self.args, self.flag, self.model, self.checkpoints = args, flag, model, checkpoints
         self.neighbours, self.scaled_lr, self.nominal, self.timer = neighbours, scaled_lr, nominal, timer
+        self.step_times = step_times
 
     def callbacks(self, layout: Layout, position: Position, first, control, warmup) -> list:  # type: ignore[no-untyped-def,type-arg]
         """``fit``'s callbacks, in order: run control's first, Horovod's metric average, the statistics' average
-        (before the epoch's validation), the warm-up, the timer, the communication figures, a test's injected failure
-        (none unless asked for), run control's last. Rank 0's start is broadcast before ``fit``
+        (before the epoch's validation), the warm-up, the timers, the communication figures, a test's injected
+        failure (none unless asked for), run control's last. Rank 0's start is broadcast before ``fit``
         (:func:`broadcast_start`)."""
         callbacks = [first, hvd.callbacks.MetricAverageCallback()]
         if self.neighbours is None and floating_non_trainable(self.model):
             callbacks.append(AverageStatistics(position, layout.steps_per_epoch))
-        callbacks += [warmup, self.timer]
+        callbacks += [warmup, self.timer] + ([self.step_times] if self.step_times is not None else [])
         callbacks.append(Communication(self.model, self.neighbours, layout.size))
         callbacks += [InjectedFailureCallback(failure, layout.rank, position) for failure in injected_failures(self.args)]
         callbacks.append(control)
@@ -205,7 +209,8 @@ class FitLoop:
         while position.epoch < args.epochs:
             skip = position.step
             warmup.offset = skip
-            self.model.fit(layout.epoch_data(position.epoch, skip)[0], validation_data=layout.val_data,
+            data = layout.epoch_data(position.epoch, skip)[0]
+            self.model.fit(slowed(data, args.slow_input) if args.slow_input else data, validation_data=layout.val_data,
                            initial_epoch=position.epoch, epochs=position.epoch + 1, callbacks=callbacks, verbose=0)
             committed(position, history)
 
@@ -226,7 +231,11 @@ def train(args: TrainOptions, flag: StopFlag) -> None:
     resumed, saved, position, history = resume(checkpoints)
     start = Position(position.epoch, position.step)
     timer = EpochTimer()
-    loop = FitLoop(args, flag, model, checkpoints, neighbours, scaled_lr, nominal, timer)
+    step_times = None
+    if args.usage_seconds > 0:  # measured with the rank's use of its allocation, or not at all
+        step_times = StepTimes(StepClock())
+        step_times.instrument(model, optimizer, neighbours, hvd.size())
+    loop = FitLoop(args, flag, model, checkpoints, neighbours, scaled_lr, nominal, timer, step_times)
     if not resumed and not args.elastic_ranks:  # an elastic run's state is broadcast by Horovod's sync
         broadcast_start(model)
     make_layout = functools.partial(Layout, args, data, args.batch_size * nominal)
@@ -241,4 +250,5 @@ def train(args: TrainOptions, flag: StopFlag) -> None:
     if hvd.rank() == 0:
         write_run_outputs(args.out, model, history, args.epochs, timer, layout.steps_per_epoch)
         checkpoints.finish()
-    write_rank_result(args, model, args.topology if neighbours is not None else None, position, start, timer, layout)
+    write_rank_result(args, model, args.topology if neighbours is not None else None, position, start, timer, layout,
+                      step_times.clock.result() if step_times is not None else None)

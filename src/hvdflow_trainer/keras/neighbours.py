@@ -16,6 +16,7 @@ import horovod.tensorflow as hvd_tf
 import tensorflow as tf
 
 from ..neighbours import allreduce_bytes_per_step, check_topology, peers
+from .step_times import Stopwatch
 
 
 def flat_weights(variables: list):  # type: ignore[no-untyped-def,type-arg]
@@ -55,12 +56,12 @@ class NeighbourAveraging:
         self.topology, self.rank, self.size = topology, rank, size
         self.bytes_sent = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvdflow_bytes_sent")
         self.exchanges = tf.Variable(0, dtype=tf.int64, trainable=False, name="hvdflow_exchanges")
+        self.stopwatch: Optional[Stopwatch] = None
+        """What times the exchange in each step (:mod:`.step_times`), where the run measures its steps."""
 
     def average(self, variables: list, step) -> None:  # type: ignore[no-untyped-def,type-arg]
         """Replace ``variables`` by the uniform average of this rank's and its in-neighbours' values at ``step`` (a
         scalar tensor: the global step, from 0)."""
-        import horovod.tensorflow as hvd_tf
-        import tensorflow as tf
 
         mine = flat_weights(variables)
         if self.topology == "onepeer-exp2":
@@ -68,15 +69,14 @@ class NeighbourAveraging:
             splits = tf.one_hot((self.rank + distance) % self.size, self.size, dtype=tf.int32)
             expected = tf.one_hot((self.rank - distance) % self.size, self.size, dtype=tf.int32)
             sent = tf.expand_dims(mine, 0)
-            rows, received = hvd_tf.alltoall(sent, splits=splits, name="hvdflow_neighbours")
+            rows, received = self._exchange(sent, splits)
             # two terms: IEEE addition is commutative, so both ranks of a pair compute the same sum
             total, count = mine + rows[0], 2
         else:
             send, receive = peers(self.topology, self.size, self.rank, 0)
             expected = tf.constant([1 if r in receive else 0 for r in range(self.size)], tf.int32)
             sent = tf.stack([mine] * len(send))
-            rows, received = hvd_tf.alltoall(sent, splits=[1 if r in send else 0 for r in range(self.size)],
-                                             name="hvdflow_neighbours")
+            rows, received = self._exchange(sent, [1 if r in send else 0 for r in range(self.size)])
             contributions: Dict[int, object] = {self.rank: mine}
             contributions.update(zip(receive, tf.unstack(rows, num=len(receive))))
             # one reduction over the vectors stacked in rank order: on a complete graph every rank sums the same
@@ -89,6 +89,13 @@ class NeighbourAveraging:
             assign_flat(variables, total / float(count))  # type: ignore[operator]
         self.bytes_sent.assign_add(tf.size(sent, out_type=tf.int64) * mine.dtype.size)
         self.exchanges.assign_add(1)
+
+    def _exchange(self, sent, splits):  # type: ignore[no-untyped-def]
+        """``(rows received, rows per sender)``: Horovod's alltoall of ``sent`` (timed where the steps are)."""
+        def alltoall(rows):  # type: ignore[no-untyped-def]
+            return hvd_tf.alltoall(rows, splits=splits, name="hvdflow_neighbours")
+
+        return alltoall(sent if self.stopwatch is None else self.stopwatch.begun_after(sent))
 
     def epoch_bytes_per_step(self) -> float:
         """Bytes sent per exchange since the last call (the epoch's), and start counting anew."""

@@ -10,6 +10,8 @@ import horovod
 import horovod.tensorflow.keras as hvd
 import tensorflow as tf
 
+from hvdflow_wire.steps import EpochSteps
+
 from ..machine import gpu_facts, numerics
 from ..options import TrainOptions
 from ..outputs import rank_result, weights_sha256, write_history, write_metrics
@@ -44,16 +46,17 @@ def write_run_outputs(out: str, model, history: List[Dict[str, float]], epochs: 
 
 
 def write_rank_result(args: TrainOptions, model, topology: Optional[str], position: Position,  # type: ignore[no-untyped-def]
-                      start: Position, timer: EpochTimer, layout) -> None:
+                      start: Position, timer: EpochTimer, layout, step_times: Optional[List[EpochSteps]] = None) -> None:
     """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
-    its run went. ``topology``: the neighbour strategy's graph (None for allreduce)."""
+    its run went. ``topology``: the neighbour strategy's graph (None for allreduce); ``step_times``: where its steps
+    spent their time (None: not measured)."""
     result = rank_result(
         args, position, start, layout, gpu_facts(tf, tf.config.get_visible_devices("GPU")),
         rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(), local_size=hvd.local_size(),
         cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size(),
         controller="mpi" if hvd.mpi_enabled() else "gloo", topology=topology,
         numerics=numerics(tf, args.deterministic_allreduce), weights_sha256=weights_sha256(model.get_weights()),
-        epoch_seconds=timer.seconds, first_step_unix=timer.first_step_unix,
+        epoch_seconds=timer.seconds, first_step_unix=timer.first_step_unix, step_times=step_times,
         framework="tensorflow", framework_version=tf.__version__, distributed="horovod",
         tensorflow=tf.__version__, horovod=horovod.__version__,
     )

@@ -54,6 +54,12 @@ class Ranks:
         """``(module to call, optimizer to step)``: gradients averaged over the ranks at each step."""
         raise NotImplementedError
 
+    def step(self, optimizer: torch.optim.Optimizer) -> float:
+        """The optimizer's step; the seconds it waited for the gradients' averages before stepping (0 where the
+        backward pass waited for them, as DDP's does)."""
+        optimizer.step()
+        return 0.0
+
     def broadcast_start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Every rank starts from rank 0's weights and optimizer state."""
         raise NotImplementedError
@@ -111,6 +117,19 @@ class HorovodRanks(Ranks):
 
     def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):  # type: ignore[no-untyped-def]
         return model, self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+
+    def step(self, optimizer: torch.optim.Optimizer) -> float:
+        """Horovod's optimizer waits for the gradients' averages (``synchronize``) before it steps: that wait, timed
+        apart from the step (the same arithmetic as ``step()`` alone)."""
+        synchronize = getattr(optimizer, "synchronize", None)
+        if synchronize is None:  # the neighbour strategy's own optimizer
+            return super().step(optimizer)
+        begun = time.perf_counter()
+        synchronize()
+        waited = time.perf_counter() - begun
+        with optimizer.skip_synchronize():  # type: ignore[attr-defined]
+            optimizer.step()
+        return waited
 
     def broadcast_start(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)

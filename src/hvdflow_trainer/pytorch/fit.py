@@ -35,13 +35,15 @@ import torch
 
 from hvdflow_index import read_index, verified_shards
 from hvdflow_runstate import position as describe
+from hvdflow_wire.steps import EpochSteps
 
 from ..elastic import ElasticApi, train_all_epochs
-from ..faults import injected_failures
+from ..faults import injected_failures, slowed_batches
 from ..input_plan import label_sorted_positions
 from ..neighbours import allreduce_bytes_per_step
 from ..options import TrainOptions
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
+from ..step_times import StepClock, timed_input
 from ..user_code import user_model_of
 from .checkpoints import RunCheckpoints
 from .comm import Ranks, horovod_api, join_ranks
@@ -199,6 +201,23 @@ class StepLoop:
         self.seconds: List[float] = []
         self.first_step_unix: Optional[float] = None
         self.layout: Layout
+        # where each step's time goes, measured with the rank's use of its allocation or not at all: the gradients'
+        # hooks say when this rank's last gradient was ready; what backward took after it was the wait for DDP's
+        # last buckets
+        self.clock = StepClock() if args.usage_seconds > 0 else None
+        self._last_gradient = 0.0
+        if self.clock is not None:
+            for parameter in model.parameters():
+                if parameter.requires_grad:
+                    parameter.register_hook(self._gradient_ready)
+
+    def step_times(self) -> Optional[List[EpochSteps]]:
+        """Where this rank's steps spent their time, per epoch (None: not measured)."""
+        return self.clock.result() if self.clock is not None else None
+
+    def _gradient_ready(self, gradient: torch.Tensor) -> None:
+        """A parameter's gradient was computed (the gradient itself unchanged)."""
+        self._last_gradient = time.perf_counter()
 
     def sent_bytes_per_step(self) -> float:
         """What a rank sent per step this epoch: one model per neighbour, or the ring allreduce's share of the
@@ -226,9 +245,12 @@ class StepLoop:
         self.ranks.barrier()
         raise StopRequested("stopped at epoch %d step %d on %s" % (position.epoch, position.step, stop_reason(self.flag)))
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, rate: float, sums: List[float], step: int) -> None:
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, rate: float, sums: List[float], step: int,
+                   waited: float) -> None:
         """One optimizer step (the run's ``step``-th, from 0) at learning rate ``rate``, and the neighbours' exchange
-        after it; the batch's loss and answers added to ``sums``."""
+        after it; the batch's loss and answers added to ``sums``; its times (``waited`` for the batch) to the
+        clock."""
+        begun = self._last_gradient = time.perf_counter()
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         x, y = x.to(self.device), y.to(self.device)
@@ -236,11 +258,16 @@ class StepLoop:
         logits = self.net(x)
         loss = self.loss(logits, y)
         loss.backward()
-        self.optimizer.step()
+        communicating = time.perf_counter() - self._last_gradient
+        communicating += self.ranks.step(self.optimizer)
         if self.neighbours is not None:
+            exchange = time.perf_counter()
             self.neighbours.average(step)
+            communicating += time.perf_counter() - exchange
         with torch.no_grad():
             add_batch(sums, float(loss.item()), logits.detach(), y, self.layout.multi, self.metrics)
+        if self.clock is not None:
+            self.clock.add(waited, time.perf_counter() - begun - communicating, communicating)
 
     def consensus_distance(self) -> float:
         """The ranks' mean L2 distance of their weights from the ranks' average (0 for one model)."""
@@ -260,12 +287,18 @@ class StepLoop:
         while position.epoch < args.epochs:
             started = time.perf_counter()
             stop_at_epoch_end = False
-            for x, y in layout.train.epoch(position.epoch, position.step):
+            waited = [0.0]
+            if self.clock is not None:
+                self.clock.start_epoch(position.epoch)
+            batches = layout.train.epoch(position.epoch, position.step)
+            if args.slow_input:
+                batches = slowed_batches(batches, args.slow_input)
+            for x, y in timed_input(batches, waited):
                 if self.first_step_unix is None:
                     self.first_step_unix = time.time()
                 rate = warmup_rate(self.scaled_lr, args.warmup_epochs, self.nominal, position.epoch, position.step,
                                    layout.steps_per_epoch)
-                self.train_step(x, y, rate, sums, position.epoch * layout.steps_per_epoch + position.step)
+                self.train_step(x, y, rate, sums, position.epoch * layout.steps_per_epoch + position.step, waited[0])
                 for failure in self.failures:
                     failure.after_step(self.ranks.rank, position.epoch, position.step + 1)
                 position.step += 1
@@ -352,6 +385,6 @@ def train(args: TrainOptions, flag: StopFlag) -> None:
         write_run_outputs(args, model, layout, history, loop.seconds)
         checkpoints.finish()
     write_rank_result(args, ranks, model, position, start, loop, layout,
-                      args.topology if neighbours is not None else None)
+                      args.topology if neighbours is not None else None, loop.step_times())
     ranks.barrier()
     ranks.shutdown()

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 import torch
 
 from hvdflow_wire.replace import replaced
+from hvdflow_wire.steps import EpochSteps
 
 from ..options import TrainOptions
 from ..outputs import rank_result, weights_sha256, write_history, write_metrics
@@ -65,9 +66,11 @@ def gpu_facts() -> List[Dict[str, object]]:
 
 
 def write_rank_result(args: TrainOptions, ranks, model: torch.nn.Module, position: Position,  # type: ignore[no-untyped-def]
-                      start: Position, loop, layout, topology: Optional[str] = None) -> None:
+                      start: Position, loop, layout, topology: Optional[str] = None,
+                      step_times: Optional[List[EpochSteps]] = None) -> None:
     """This rank's ``rank-<r>.json`` in ``args.out``: placement, versions, the sha256 of its final weights, and how
-    its run went; ``topology``: the neighbour strategy's graph."""
+    its run went; ``topology``: the neighbour strategy's graph; ``step_times``: where its steps spent their time
+    (None: not measured)."""
     import horovod
 
     result = rank_result(
@@ -75,7 +78,7 @@ def write_rank_result(args: TrainOptions, ranks, model: torch.nn.Module, positio
         rank=ranks.rank, size=ranks.size, local_rank=ranks.local_rank, local_size=ranks.local_size,
         cross_rank=ranks.cross_rank, cross_size=ranks.cross_size, controller=ranks.controller(), topology=topology,
         numerics=numerics(args), weights_sha256=weights_sha256(weights(model)),
-        epoch_seconds=loop.seconds, first_step_unix=loop.first_step_unix,
+        epoch_seconds=loop.seconds, first_step_unix=loop.first_step_unix, step_times=step_times,
         framework="torch", framework_version=torch.__version__, distributed=ranks.mode,
         tensorflow="none", horovod=horovod.__version__,
     )
