@@ -24,9 +24,6 @@ from conftest import REPO, HpcUser, Registry, _chown_tree
 
 TREE = ("src", "containers", "workflow", "config", "profiles", "examples")
 PNG = b"\x89PNG\r\n\x1a\n"
-# The local profile runs as a user's here does (execmode auto: R1, P1 where runc cannot run a launcher); the test bed's
-# cluster runs P1, the fallback every site has, unless a test asks for auto (its R1 test) or for R1
-SUITE_EXECMODE: Mapping[str, Mapping[str, str]] = {"testbed": {"HVDFLOW_EXECMODE": "P1"}}
 RECORD_SCHEMA = REPO / "workflow" / "schemas" / "run-record.schema.yaml"
 
 
@@ -115,7 +112,6 @@ class Pipeline:
         It runs in a process group of its own, as a terminal's foreground job does, so a test can send it Ctrl-C.
         """
         argv = [*wrapper, str(self.user.venv / "bin" / "snakemake"), "--profile", f"profiles/{profile}", *args]
-        extra_env = {**SUITE_EXECMODE.get(profile, {}), **extra_env}
         return subprocess.Popen(self._as_user(argv, extra_env), cwd=self.root, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, start_new_session=True)
 
