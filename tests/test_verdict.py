@@ -47,6 +47,10 @@ def test_each_verdict_comes_from_the_times_that_call_for_it() -> None:
     verdict = allocation_verdict(_record(_rank(0, 0.1, 2.0, 6.0), _rank(1, 0.1, 2.0, 6.0), _rank(2, 0.1, 6.0, 2.0)))
     assert verdict.kind == "straggler" and verdict.line.startswith("straggler: rank 2 on n3 computes 3.0x the median")
     assert verdict.slowest is not None and verdict.slowest.rank in (0, 1)  # the waiting ranks' steps took longest
+    # four ranks on two cores: one computed longest by chance, but it waited as long as the others: no straggler
+    verdict = allocation_verdict(_record(_rank(0, 0.4, 0.4, 8.5), _rank(1, 0.3, 2.4, 7.3), _rank(2, 0.7, 0.5, 8.7),
+                                         _rank(3, 0.7, 1.3, 7.9)))
+    assert verdict.kind == "communication-bound", verdict.line
     # mostly computing
     verdict = allocation_verdict(_record(_rank(0, 0.5, 8.5, 1.0), _rank(1, 0.5, 8.5, 1.0)))
     assert verdict.kind == "compute-bound" and verdict.line.startswith("compute-bound: 85 % of step time computing")

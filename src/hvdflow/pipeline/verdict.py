@@ -114,6 +114,16 @@ def _cpu_use(record: Mapping[str, Any]) -> Optional[float]:
     return sum(u["cpu_utilization"] for u in usages) / len(usages)
 
 
+def _is_straggler(rank: RankSteps, ranks: list[RankSteps], per_step: dict[int, float], median: float) -> bool:
+    """Whether ``rank`` computes much longer per step than the median rank while the others wait for it: it waits
+    at most half as much (by share of its steps) as the median of the others. Ranks that all wait (more ranks than
+    cores, each waiting for a core in turn) have a slowest one by chance, and no straggler."""
+    others = [r.communication_seconds / (r.seconds or 1.0) for r in ranks if r.rank != rank.rank]
+    if not others or median <= 0 or per_step[rank.rank] < STRAGGLER_RATIO * median:
+        return False
+    return rank.communication_seconds / (rank.seconds or 1.0) <= 0.5 * statistics.median(others)
+
+
 def allocation_verdict(record: Mapping[str, Any]) -> Verdict:
     """The verdict on run record ``record`` (a ``run.json`` as read)."""
     measured = [rank_steps(r) for r in record["ranks"]]
@@ -127,8 +137,7 @@ def allocation_verdict(record: Mapping[str, Any]) -> Verdict:
     median = statistics.median(per_step.values())
     straggler = max(ranks, key=lambda r: per_step[r.rank])
     gpu = _gpu_note(record)
-    if (len(ranks) > 1 and median > 0 and per_step[straggler.rank] >= STRAGGLER_RATIO * median
-            and shares["communication"] >= STRAGGLER_WAIT_SHARE):
+    if _is_straggler(straggler, ranks, per_step, median) and shares["communication"] >= STRAGGLER_WAIT_SHARE:
         line = (f"straggler: rank {straggler.rank} on {straggler.hostname} computes {per_step[straggler.rank] / median:.1f}x "
                 f"the median rank's time per step and the others wait on it ({_percent(shares['communication'])} of "
                 f"step time waiting): see what else runs on {straggler.hostname} or how its CPUs or GPU differ")
