@@ -17,6 +17,7 @@ from typing import Any, Iterable, Optional
 from hvdflow.errors import ImageError
 from hvdflow.files.atomic import write_json_atomic
 from hvdflow.runtime import Runtime
+from hvdflow.text_table import aligned
 
 MIN_PYTHON = (3, 8)
 """The oldest Python the in-container code's grammar allows."""
@@ -163,10 +164,7 @@ def table(image: str, digest: str, parts: list[Part]) -> str:
     """The parts as a table, failures marked with ``!``."""
     rows = [("", "part", "found", "needed", "blocks")] + [
         ("" if p.ok else "!", p.name, p.found[:70], p.needed, "" if p.ok else p.blocks) for p in parts]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [f"image {image} ({digest})"] + ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                                               for row in rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join([f"image {image} ({digest})", *aligned(rows)]) + "\n"
 
 
 def refusal(image: str, parts: list[Part]) -> Optional[str]:

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 from hvdflow.errors import HvdflowError
 from hvdflow.slurm.sacct import StepAccounting
+from hvdflow.text_table import aligned
 
 from .verdict import PARTS, allocation_verdict, epoch_sums
 
@@ -37,13 +38,9 @@ def read_record(path: Path) -> dict[str, Any]:
     return record
 
 
-def _row(cells: list[str], widths: list[int]) -> str:
-    return "  ".join(cell.rjust(width) if k else cell.ljust(width) for k, (cell, width) in enumerate(zip(cells, widths)))
-
-
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows)]
-    return [_row(header, widths), *(_row(row, widths) for row in rows)]
+    """``header`` and ``rows`` aligned, the first column to the left and the figures to the right."""
+    return aligned([header, *rows], right_from=1)
 
 
 def epoch_rows(record: Mapping[str, Any]) -> list[list[str]]:
