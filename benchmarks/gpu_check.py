@@ -23,7 +23,9 @@ Each way (``native``, ``udocker-P1``, ``udocker-R1``) is checked and measured:
    NCCL's: the NCCL activities of Horovod's timeline of the run are counted, and none is a failure), started by
    hvdflow's own launcher with one rank per GPU, trains the demo's MLP on the demo's digits; the weights must equal
    native's. (With one GPU, Horovod's DistributedOptimizer reduces no gradient: it registers its allreduce hooks only
-   where there are 2 ranks or more; the parameters' broadcast is then the NCCL collective the run makes.)
+   where there are 2 ranks or more; the parameters' broadcast is then the NCCL collective the run makes.) How the
+   ranks used their GPUs (utilization and memory, sampled by each rank) and where their steps went is printed per
+   way as ``hvdflow report`` prints a run's (:func:`allocation`).
 3. ``resnet50``: ResNet-50 training steps on synthetic batches (``benchmarks/gpu_engine.py``), images per second.
 4. ``signal``: the scheduler's warning (SIGUSR1) reaches the launcher mid-run while NCCL's communicators are up; the
    ranks must stop together with hvdflow's stop status (75), leave a checkpoint, and leave no process behind.
@@ -56,6 +58,7 @@ from hvdflow.config.experiment import TrainSpec  # noqa: E402
 from hvdflow.errors import RunStopped  # noqa: E402
 from hvdflow.images.udocker_tools import IMAGE_PROOT  # noqa: E402
 from hvdflow.pipeline.resume import identity_of  # noqa: E402
+from hvdflow.pipeline.run_report import report_text  # noqa: E402
 from hvdflow.pipeline.smoke import DIGITS  # noqa: E402
 from hvdflow.pipeline.stages import prepare_dataset, train  # noqa: E402
 from hvdflow.runtime.native.runtime import NativeRuntime  # noqa: E402
@@ -206,7 +209,7 @@ def train_child(args: argparse.Namespace) -> int:
         print(f"stopped: {exc}", flush=True)
         return STOPPED_EXIT
     (out / "check.json").write_text(json.dumps({"weights_sha256": results[0].weights_sha256,
-                                                "ranks": [asdict(r) for r in results]}))
+                                                "ranks": [r.to_json() for r in results]}))
     return 0
 
 
@@ -261,12 +264,27 @@ def digits(args: argparse.Namespace, way: str) -> dict[str, Any]:
     found = {"seconds": time.monotonic() - begun, "weights_sha256": result["weights_sha256"],
              "val_accuracy": metrics["final"]["val_accuracy"], "distributed": args.distributed,
              "rank_gpus": [r["machine"]["gpus"] for r in result["ranks"]],
-             "controller": result["ranks"][0]["controller"], "execmode": [r["execmode"] for r in result["ranks"]]}
+             "controller": result["ranks"][0]["controller"], "execmode": [r["execmode"] for r in result["ranks"]],
+             **allocation(way, result["ranks"], time.monotonic() - begun)}
     if timeline:
         found["nccl_activities"] = nccl_activities(timeline)
         if "INIT_NCCL" not in found["nccl_activities"] or len(found["nccl_activities"]) < 2:
             raise RuntimeError(f"Horovod's timeline {timeline} shows no NCCL collective: {found}")
     return found
+
+
+def allocation(way: str, ranks: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """How ``way``'s ranks (their ``rank-<r>.json``) used their GPUs: each rank's mean utilization and peak memory
+    (None where its sampling saw no GPU, with why), the busiest figures, and ``hvdflow report``'s text and verdict
+    of the run."""
+    record = {"experiment": f"digits {way}", "hosts": sorted({r["hostname"] for r in ranks}), "record_version": 3,
+              "seconds": round(seconds, 1), "ranks": ranks}
+    gpus = [(r.get("usage") or {}).get("gpu") for r in ranks]
+    busy = [g["utilization_percent_mean"] for g in gpus if g]
+    return {"gpu_use": [g if g else (r.get("usage") or {}).get("gpu_absent", "not sampled") for g, r in zip(gpus, ranks)],
+            "gpu_busy_percent": max(busy) if busy else None,
+            "gpu_memory_mib": max((g["memory_used_mib_peak"] for g in gpus if g), default=None),
+            "report": report_text(record)}
 
 
 def nccl_activities(timeline: Path) -> dict[str, int]:
@@ -353,7 +371,7 @@ def table(results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
     failed = []
     native = results.get("native", {})
     lines = [f"{'way':<12}{'gpus/rank':>10}{'digits s':>10}{'val acc':>9}{'weights':>10}{'= native':>9}"
-             f"{'resnet50 img/s':>16}{'/native':>9}{'signal':>8}"]
+             f"{'GPU busy %':>11}{'GPU MiB':>9}{'resnet50 img/s':>16}{'/native':>9}{'signal':>8}"]
     for way, r in results.items():
         d, rn, s, g = r["digits"], r["resnet50"], r["signal"], r["gpus"]
         same = d.get("weights_sha256") == native.get("digits", {}).get("weights_sha256")
@@ -361,12 +379,18 @@ def table(results: dict[str, dict[str, Any]]) -> tuple[str, list[str]]:
         ratio = rate / native["resnet50"]["images_per_s"] if rate and native.get("resnet50", {}).get("images_per_s") else None
         lines.append(f"{way:<12}{'ok' if g.get('ok') else 'FAIL':>10}{d.get('seconds', float('nan')):>10.1f}"
                      f"{d.get('val_accuracy', float('nan')):>9.4f}{str(d.get('weights_sha256'))[:8]:>10}"
-                     f"{'yes' if same else 'NO':>9}{rate or float('nan'):>16.1f}"
+                     f"{'yes' if same else 'NO':>9}{_figure(d.get('gpu_busy_percent')):>11}"
+                     f"{_figure(d.get('gpu_memory_mib')):>9}{rate or float('nan'):>16.1f}"
                      f"{ratio if ratio else float('nan'):>9.3f}{'ok' if s.get('ok') else 'FAIL':>8}")
         failed += [f"{way}: {k}: {v.get('error', v)}" for k, v in r.items() if v.get("ok") is False or "error" in v]
         if not same and "error" not in d:
             failed.append(f"{way}: digits weights {d.get('weights_sha256')} differ from native's")
     return "\n".join(lines), failed
+
+
+def _figure(value: float | None) -> str:
+    """A table's figure, or ``-`` where there is none."""
+    return "-" if value is None else f"{value:.0f}"
 
 
 def check_way(args: argparse.Namespace, way: str, runtime: Any) -> dict[str, dict[str, Any]]:
@@ -432,6 +456,9 @@ def main() -> int:
     results = {way: check_way(args, way, runtimes.get(way)) for way in ways}
     text, failed = table(results)
     print(text)
+    for way, found in results.items():
+        if "report" in found["digits"]:
+            print(f"\n## {way}\n{found['digits']['report']}", end="")
     if args.out:
         args.out.write_text(json.dumps({"prepare": prepare, "containers": containers, "results": results,
                                         "device": torch.cuda.get_device_name(0), "torch": torch.__version__,

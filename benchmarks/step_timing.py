@@ -1,5 +1,6 @@
 """Benchmark: what timing every step (``hvdflow_trainer.keras.step_times``: the stamps inside Keras' compiled step,
-read after each step) costs a training step, and that it changes no weight.
+read after each step; in a user's own loop, ``ScriptSteps`` around its batches and the mark where its
+``hvd.DistributedGradientTape`` hands over the gradients) costs a training step, and that it changes no weight.
 
 Run as the ordinary user in a pipeline working directory after the demo (the image pulled), naming this script in the
 checkout (the demo's tree has no ``benchmarks/``):
@@ -11,7 +12,8 @@ is trained on digit-shaped data with and without the step timers, interleaved re
 machine's noise hits both alike, each from the same seed; the medians of the time per step and their ratio (goal:
 at most 1 % more), how many steps were marked (every step in the first epoch, then as many as the marks' budget
 allows: ``MARKS_BUDGET``; two warm-up epochs, not timed, trace both step functions), and whether the two ended with
-the same weights (they must, bit for bit).
+the same weights (they must, bit for bit). Then the same for the same MLP trained by a loop of the script API's
+shape (a ``tf.function`` step with Horovod's tape), whose mark runs in every step.
 Figures, not assertions: the machines are shared and noisy.
 """
 
@@ -26,9 +28,10 @@ from demo_tree import add_tree_options, tree_runtime
 MEASURE = """
 import hashlib, json, statistics, sys, time
 import numpy as np, tensorflow as tf
+import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
-from hvdflow_trainer.keras.step_times import StepTimes
-from hvdflow_trainer.step_times import StepClock
+from hvdflow_trainer.keras.step_times import StepTimes, time_tape_exchange
+from hvdflow_trainer.step_times import ScriptSteps, StepClock
 
 reps, epochs = int(sys.argv[1]), int(sys.argv[2])
 hvd.init()
@@ -39,10 +42,16 @@ rng = np.random.default_rng(0)
 x, y = rng.random((1152, 8, 8, 1), dtype=np.float32), rng.integers(0, 10, 1152)
 data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
 
-def trained(timed):
+def mlp():
     tf.keras.utils.set_random_seed(1234)
-    model = tf.keras.Sequential([tf.keras.layers.Input((8, 8, 1)), tf.keras.layers.Flatten(),
-                                 tf.keras.layers.Dense(64, activation="relu"), tf.keras.layers.Dense(10)])
+    return tf.keras.Sequential([tf.keras.layers.Input((8, 8, 1)), tf.keras.layers.Flatten(),
+                                tf.keras.layers.Dense(64, activation="relu"), tf.keras.layers.Dense(10)])
+
+def digest(model):
+    return hashlib.sha256(b"".join(w.tobytes() for w in model.get_weights())).hexdigest()
+
+def trained(timed):
+    model = mlp()
     optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01, momentum=0.9))
     model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     callbacks, timer = [], None
@@ -55,21 +64,57 @@ def trained(timed):
     began = time.perf_counter()
     model.fit(data, initial_epoch=2, epochs=2 + epochs, verbose=0, callbacks=callbacks)
     seconds = (time.perf_counter() - began) / (epochs * 36)
-    sha = hashlib.sha256(b"".join(w.tobytes() for w in model.get_weights())).hexdigest()
     if timer is not None:
         marked.append(sum(e.steps for e in timer.clock.result()[2:]))  # the timed epochs' marked steps
-    return seconds, sha
+    return seconds, digest(model)
 
-per_step, marked = {False: [], True: []}, []
-weights = {False: set(), True: set()}
-for rep in range(reps):
-    for timed in (False, True) if rep % 2 == 0 else (True, False):
-        seconds, sha = trained(timed)
-        per_step[timed].append(seconds)
-        weights[timed].add(sha)
-print(json.dumps({"untimed": per_step[False], "timed": per_step[True],
-                  "weights": {"untimed": sorted(weights[False]), "timed": sorted(weights[True])},
-                  "marked": marked}))
+plain_tape = hvd_tf._DistributedGradientTape.__init__
+
+def looped(timed):  # the script API's shape of loop; its tape marked (for this call only) where timed
+    model = mlp()
+    optimizer = tf.keras.optimizers.legacy.SGD(0.01, momentum=0.9)
+    loss_of = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    steps = ScriptSteps(StepClock()) if timed else None
+    if steps is not None:
+        time_tape_exchange(steps)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(y, model(x, training=True))
+        tape = hvd_tf.DistributedGradientTape(tape)
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+    def epoch(number):
+        if steps is not None:
+            steps.clock.start_epoch(number)
+        for x, y in steps.batches(data) if steps is not None else data:
+            step(x, y)
+
+    for number in range(2):  # not timed: traces the step
+        epoch(number)
+    began = time.perf_counter()
+    for number in range(2, 2 + epochs):
+        epoch(number)
+    seconds = (time.perf_counter() - began) / (epochs * 36)
+    hvd_tf._DistributedGradientTape.__init__ = plain_tape
+    if steps is not None:
+        assert all(e.communication_seconds > 0 for e in steps.clock.result()), steps.clock.result()
+    return seconds, digest(model)
+
+found = {}
+for name, train in (("fit", trained), ("script", looped)):
+    per_step, marked = {False: [], True: []}, []
+    weights = {False: set(), True: set()}
+    for rep in range(reps):
+        for timed in (False, True) if rep % 2 == 0 else (True, False):
+            seconds, sha = train(timed)
+            per_step[timed].append(seconds)
+            weights[timed].add(sha)
+    found[name] = {"untimed": per_step[False], "timed": per_step[True],
+                   "weights": {"untimed": sorted(weights[False]), "timed": sorted(weights[True])}, "marked": marked}
+print(json.dumps(found))
 """
 
 
@@ -87,17 +132,24 @@ def main() -> None:
     if proc.returncode != 0:
         raise SystemExit(f"the measurement failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     found = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, what in (("fit", "Keras' fit"), ("script", "a loop of the script API's shape")):
+        report(found[name], what, args)
+
+
+def report(found: dict, what: str, args: argparse.Namespace) -> None:
+    """The medians, their ratio and the weights' check of one way of training."""
     untimed, timed = sorted(found["untimed"]), sorted(found["timed"])
     median = {name: values[len(values) // 2] for name, values in (("untimed", untimed), ("timed", timed))}
-    print(f"seconds per step, median of {args.reps} reps of {args.epochs} epochs x 36 steps (MLP, 1 rank, 1 thread)")
+    print(f"{what}: seconds per step, median of {args.reps} reps of {args.epochs} epochs x 36 steps (MLP, 1 rank, "
+          f"1 thread)")
     print(f"  without step timers {1000 * median['untimed']:.3f} ms, with {1000 * median['timed']:.3f} ms: "
           f"ratio {median['timed'] / median['untimed']:.3f} (goal at most 1.010)")
     same = found["weights"]["untimed"] == found["weights"]["timed"] and len(found["weights"]["timed"]) == 1
-    print(f"  steps marked: {found['marked']} of {args.epochs * 36} per repetition (the marks' spacing set by "
-          f"the step time of the epoch before)")
+    if found["marked"]:
+        print(f"  steps marked: {found['marked']} of {args.epochs * 36} per repetition (the marks' spacing set by "
+              f"the step time of the epoch before)")
     print(f"  weights with and without: {'the same, bit for bit' if same else 'DIFFERENT'} "
           f"({found['weights']['timed'][0][:16]}...)")
-
 
 if __name__ == "__main__":
     main()

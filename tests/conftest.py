@@ -41,11 +41,6 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 TEST_USER = os.environ.get("HVDFLOW_TEST_USER", "hvdflow-ci")
 LANE = os.environ.get("HVDFLOW_TEST_LANE", "")
-SUITE_EXECMODE = {} if LANE == "rest" else {"HVDFLOW_EXECMODE": "P1"}
-"""udocker's mode of the suite's runs unless a test asks for another: the rest lane runs as a user's here would (the
-profiles' auto: R1, P1 for the MPI launcher); the test bed's lane, whose local and cluster runs share one prepared
-tree (a pull in another mode would prepare it again), and runs outside scripts/test.sh's lanes run P1, the fallback
-every site has."""
 """Which lane of scripts/test.sh this session is (``testbed`` or ``rest``); empty for a plain pytest run."""
 WORKSPACE_PARTS = ("src", "containers", "requirements", "scripts", "pyproject.toml", "workflow", "config", "profiles",
                    "examples")
@@ -85,7 +80,6 @@ class HpcUser:
             "PATH": f"{self.venv}/bin:/usr/local/bin:/usr/bin:/bin",
             "PYTHONPATH": str(self.workspace / "src"),
             "HVDFLOW_CACHE": str(self.home / ".cache" / "hvdflow"),
-            **SUITE_EXECMODE,
             **slurm_client_env(),
         }
         env.update(extra)

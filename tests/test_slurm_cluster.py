@@ -166,6 +166,11 @@ def test_ranks_span_two_nodes_one_gpu_each_and_match_the_local_run(
     steps = [line.split() for line in report.stdout.splitlines() if line.startswith(f"{slurm['job_id']}.")]
     assert any(row[1] == "batch" and row[2] == "COMPLETED" for row in steps), report.stdout
     assert "\nverdict: " in report.stdout and [r["rank"] for r in record["ranks"] if r["step_times"]] == [0, 1, 2, 3]
+    # the nodes' fake GPUs have no driver: each rank's usage and the report say so, naming the node
+    for rank in record["ranks"]:
+        assert rank["usage"]["gpu"] is None, rank["usage"]
+        assert rank["usage"]["gpu_absent"] == f"no NVIDIA driver on {rank['hostname']}", rank["usage"]
+    assert "no NVIDIA driver on n1" in report.stdout and "no NVIDIA driver on n2" in report.stdout, report.stdout
 
 
 def test_execmode_auto_runs_each_nodes_ranks_under_runc_and_gives_the_weights_of_p1(

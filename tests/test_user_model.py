@@ -216,11 +216,21 @@ def test_the_script_example_stops_together_on_ctrl_c_resumes_to_an_uninterrupted
     resumed = stopped.snakemake("results/loop/run.json")
     assert resumed.returncode == 0, resumed.stderr[-5000:]
     assert "resuming from checkpoint" in log.read_text()
-    whole = configured_pipeline(hpc_user, registry, udocker_dir, demo, experiments={"loop": LOOP})
+    # the run never stopped measures nothing: the timers of the stopped one (a mark in the script's tf.function)
+    # leave its weights as they were
+    whole = configured_pipeline(hpc_user, registry, udocker_dir, demo,
+                                experiments={"loop": {**LOOP, "usage_seconds": 0}})
     proc = whole.snakemake("results/loop/run.json")
     assert proc.returncode == 0, proc.stderr[-5000:]
     record, again = stopped.json("results/loop/run.json"), whole.json("results/loop/run.json")
     assert record["weights_sha256"] == again["weights_sha256"]
+    # the resumed attempt timed the script's steps: the wait for batches, Horovod's allreduce from the tape
+    assert [r["step_times"] for r in again["ranks"]] == [None, None]
+    for rank in record["ranks"]:
+        assert [e["epoch"] for e in rank["step_times"]][-2:] == [3, 4], rank["step_times"]
+        assert all(e["input_seconds"] > 0 and e["compute_seconds"] > 0 and e["communication_seconds"] > 0
+                   for e in rank["step_times"]), rank["step_times"]
+    assert "verdict: unmeasured" not in stopped.hvdflow("report", "results/loop").stdout
     assert record["user_code"]["script"] == "train_digits.py" and record["user_code"]["build"] is None
     assert [row["epoch"] for row in record["history"]] == [0, 1, 2, 3, 4] and record["history"][-1]["val_accuracy"] > 0.8
     check = whole.json("results/loop/model-check.json")

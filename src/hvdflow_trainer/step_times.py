@@ -2,8 +2,8 @@
 for input, computing and communicating (:class:`hvdflow_wire.steps.EpochSteps`), summed per epoch.
 
 The loops measure with their own timers (:mod:`.keras.step_times` inside the compiled step, the PyTorch loop around
-its calls) and hand each step's three figures to a :class:`StepClock`. Only clocks are read: no tensor depends on
-them, so the weights are those of an unmeasured run.
+its calls, :class:`ScriptSteps` around a user's own loop) and hand each step's three figures to a
+:class:`StepClock`. Only clocks are read: no tensor depends on them, so the weights are those of an unmeasured run.
 """
 
 from __future__ import annotations
@@ -66,3 +66,48 @@ def timed_input(batches: Iterable[T], waited: List[float]) -> Iterator[T]:
             return
         waited[0] = time.perf_counter() - start
         yield batch
+
+
+class ScriptSteps:
+    """Times a user's own loop (the script API) from the batches it is handed: the wait for each batch is input,
+    what the loop does until it asks for the next one is the step, less the time of hvdflow's own calls it makes
+    between steps (:meth:`between`, the agreed stop). The framework's hooks say what of the step was communication:
+    :meth:`add_communication` (PyTorch: DDP's last buckets, Horovod's ``synchronize``) or :meth:`exchange_begins`
+    (TensorFlow: the last gradient handed to Horovod's allreduce; from then to the step's end)."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+        self._communication = self._between = 0.0
+        self._exchange_began: Optional[float] = None
+
+    def batches(self, batches: Iterable[T]) -> Iterator[T]:
+        """``batches``, each step between two of them timed into the clock (a step the loop leaves, as at a stop,
+        is not)."""
+        iterator = iter(batches)
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            in_hand = time.perf_counter()
+            self._communication = self._between = 0.0
+            self._exchange_began = None
+            yield batch
+            ended = time.perf_counter() - self._between
+            communication = self._communication
+            if self._exchange_began is not None:
+                communication += max(ended - self._exchange_began, 0.0)
+            self.clock.add(in_hand - asked, ended - in_hand - communication, communication)
+
+    def add_communication(self, seconds: float) -> None:
+        """``seconds`` of this step spent waiting for the other ranks."""
+        self._communication += seconds
+
+    def exchange_begins(self) -> None:
+        """The step's exchange begins now; it and what follows it in the step count as communication."""
+        self._exchange_began = time.perf_counter()
+
+    def between(self, seconds: float) -> None:
+        """``seconds`` of hvdflow's own calls made after this step (left out of it)."""
+        self._between += seconds

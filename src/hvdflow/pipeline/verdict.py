@@ -91,8 +91,7 @@ def _unmeasured(record: Mapping[str, Any]) -> str:
     if record.get("record_version", 0) < 3:
         return (f"unmeasured: this record (record_version {record.get('record_version')}) was made before hvdflow "
                 f"measured its steps; rerun it to measure them")
-    return ("unmeasured: its ranks did not time their steps (usage_seconds 0 in the experiment, or a training loop of "
-            "your own)")
+    return "unmeasured: its ranks did not time their steps (usage_seconds 0 in the experiment)"
 
 
 def _gpu_note(record: Mapping[str, Any]) -> str:

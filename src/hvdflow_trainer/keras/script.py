@@ -10,6 +10,7 @@ evaluate, plot and record rules read (:mod:`.outputs`).
 from __future__ import annotations
 
 import hashlib
+import time
 from typing import Any, Dict, Iterator, List, NoReturn, Tuple
 
 import horovod.tensorflow as hvd_tf
@@ -19,11 +20,14 @@ from ..faults import injected_failures
 from ..options import TrainOptions
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from ..script_run import ScriptEpochs, ranks_disagree
+from ..step_times import ScriptSteps, StepClock
 from ..user_code import UserCodeError, user_model_of
 from .callbacks import EpochTimer, agree, average_over_ranks
 from .checkpoints import floating_non_trainable
+from .data import slowed
 from .fit import Dataset, Layout, broadcast_start, open_checkpoints, resume, set_up_rank
 from .outputs import write_rank_result, write_run_outputs
+from .step_times import time_tape_exchange
 
 REPORTED = ("loss", "accuracy", "val_loss", "val_accuracy")
 """What every epoch's row must hold: the report's learning curves plot them."""
@@ -60,6 +64,10 @@ class ScriptRun(ScriptEpochs):
         self._timer, self._model, self._checkpoints = EpochTimer(), None, None
         self._epoch_open, self._stop_at_epoch_end, self._statistics_averaged = False, False, False
         self._failures = injected_failures(args)
+        # the script's steps timed with the rank's use of its allocation, or not at all
+        self._steps = ScriptSteps(StepClock()) if args.usage_seconds > 0 else None
+        if self._steps is not None and self.size > 1:
+            time_tape_exchange(self._steps)
         self.finished = False
 
     def track(self, model: tf.keras.Model, optimizer: tf.keras.optimizers.Optimizer) -> None:
@@ -78,13 +86,20 @@ class ScriptRun(ScriptEpochs):
     def _epoch_begins(self) -> None:
         self._timer.on_epoch_begin(self._position.epoch)
         self._statistics_averaged = False
+        if self._steps is not None:
+            self._steps.clock.start_epoch(self._position.epoch)
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[tf.Tensor, tf.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` in the epoch-keyed order (a function of the seed, the epoch and
         the ranks alone), less those done before a resume; ``y`` the class index (single-label) or the multi-hot
         vector (multi-label)."""
         skip = self._position.step if epoch == self._position.epoch else 0
-        for x, y in self._layout.epoch_data(epoch, skip)[0]:
+        batches = self._layout.epoch_data(epoch, skip)[0]
+        if self._args.slow_input:
+            batches = slowed(batches, self._args.slow_input)
+        if self._steps is not None:
+            batches = self._steps.batches(batches)
+        for x, y in batches:
             self._timer.on_train_batch_begin(self._position.step)
             self._position.step += 1  # counted as done when handed out: a stop after its step resumes after it
             yield x, y
@@ -94,9 +109,12 @@ class ScriptRun(ScriptEpochs):
         :meth:`stop`. Every rank must call it at the same points (it is an allreduce), after a step is done. After an
         epoch's last step it says False and the stop comes at :meth:`end_epoch`, after the epoch's row and checkpoint
         (as in hvdflow's own loop: a resumed run never starts with an empty epoch)."""
+        begun = time.perf_counter()
         for failure in self._failures:  # a test's injected failure, after this step
             failure.after_step(self.rank, self._position.epoch, self._position.step)
         stop = bool(agree(1 if self._flag.signal else 0, "hvdflow_stop"))
+        if self._steps is not None:
+            self._steps.between(time.perf_counter() - begun)
         if stop and self._position.step >= self.steps_per_epoch:
             self._stop_at_epoch_end = True
             return False
@@ -148,6 +166,8 @@ class ScriptRun(ScriptEpochs):
         row = {key: float(hvd_tf.allreduce(tf.constant(float(metrics[key]), tf.float64), op=hvd_tf.Average,
                                            name="hvdflow_epoch_%s" % key)) for key in sorted(metrics)}
         self._timer.on_epoch_end(self._position.epoch)
+        if self._steps is not None:
+            self._steps.clock.end_epoch()
         self._history.append(row)
         self._position = Position(self._position.epoch + 1, 0)
         self._epoch_open = False
@@ -176,7 +196,8 @@ class ScriptRun(ScriptEpochs):
             write_run_outputs(self._args.out, self._model, self._history, self.epochs, self._timer,
                               self.steps_per_epoch)
             self._checkpoints.finish()  # type: ignore[union-attr]
-        write_rank_result(self._args, self._model, None, self._position, self._start, self._timer, self._layout)
+        write_rank_result(self._args, self._model, None, self._position, self._start, self._timer, self._layout,
+                          self._steps.clock.result() if self._steps is not None else None)
         self.finished = True
 
     def _average_statistics(self) -> None:

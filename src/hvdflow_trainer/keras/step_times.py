@@ -27,7 +27,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from ..step_times import StepClock
+from ..step_times import ScriptSteps, StepClock
 
 MARKS_SECONDS = 200e-6
 """What the three marks of a step cost together (``benchmarks/step_timing.py``: 3 numpy_function calls, about 150 us
@@ -175,3 +175,29 @@ class StepTimes(tf.keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):  # type: ignore[no-untyped-def]
         self.clock.end_epoch()
+
+
+def time_tape_exchange(steps: ScriptSteps) -> None:
+    """Every ``hvd.DistributedGradientTape`` made from here on in this process tells ``steps`` when it hands the
+    gradients to Horovod's allreduce (:meth:`ScriptSteps.exchange_begins`): by a Python call in an eager step, by a
+    mark in a compiled one. The gradients and what the allreduce returns are unchanged."""
+    import horovod.tensorflow as hvd_tf
+
+    tape_class = hvd_tf._DistributedGradientTape  # what DistributedGradientTape copies into each tape's class
+    made = tape_class.__init__
+    marks = Marks()
+    marks.marking = True
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        allreduce = self._allreduce_grads
+
+        def timed_allreduce(grads: Any, sources: Any, *rest: Any) -> Any:
+            if tf.executing_eagerly():
+                steps.exchange_begins()
+                return allreduce(grads, sources, *rest)
+            return allreduce(marks.after(grads, steps.exchange_begins), sources, *rest)
+
+        self._allreduce_grads = timed_allreduce
+
+    tape_class.__init__ = __init__

@@ -51,6 +51,7 @@ from .data import RankBatches, SplitRecords, rank_positions
 from .models import Metric, build_model, correct, loss_and_metrics
 from .neighbours import NeighbourAveraging, average_once
 from .outputs import write_rank_result, write_run_outputs
+from .step_hooks import GradientClock
 
 SUMS = ("loss", "right", "answers", "samples")
 """A rank's running sums over an epoch's steps: the sample-weighted loss, right answers, answers, samples; then the
@@ -205,19 +206,11 @@ class StepLoop:
         # hooks say when this rank's last gradient was ready; what backward took after it was the wait for DDP's
         # last buckets
         self.clock = StepClock() if args.usage_seconds > 0 else None
-        self._last_gradient = 0.0
-        if self.clock is not None:
-            for parameter in model.parameters():
-                if parameter.requires_grad:
-                    parameter.register_hook(self._gradient_ready)
+        self.gradients = GradientClock(model) if self.clock is not None else None
 
     def step_times(self) -> Optional[List[EpochSteps]]:
         """Where this rank's steps spent their time, per epoch (None: not measured)."""
         return self.clock.result() if self.clock is not None else None
-
-    def _gradient_ready(self, gradient: torch.Tensor) -> None:
-        """A parameter's gradient was computed (the gradient itself unchanged)."""
-        self._last_gradient = time.perf_counter()
 
     def sent_bytes_per_step(self) -> float:
         """What a rank sent per step this epoch: one model per neighbour, or the ring allreduce's share of the
@@ -250,7 +243,7 @@ class StepLoop:
         """One optimizer step (the run's ``step``-th, from 0) at learning rate ``rate``, and the neighbours' exchange
         after it; the batch's loss and answers added to ``sums``; its times (``waited`` for the batch) to the
         clock."""
-        begun = self._last_gradient = time.perf_counter()
+        begun = time.perf_counter()
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         x, y = x.to(self.device), y.to(self.device)
@@ -258,7 +251,8 @@ class StepLoop:
         logits = self.net(x)
         loss = self.loss(logits, y)
         loss.backward()
-        communicating = time.perf_counter() - self._last_gradient
+        last_gradient = self.gradients.last if self.gradients is not None else begun
+        communicating = time.perf_counter() - max(last_gradient, begun)
         communicating += self.ranks.step(self.optimizer)
         if self.neighbours is not None:
             exchange = time.perf_counter()

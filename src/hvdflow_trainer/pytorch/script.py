@@ -18,15 +18,17 @@ from typing import Any, Dict, Iterator, List, NoReturn, Optional, Tuple
 
 import torch
 
-from ..faults import injected_failures
+from ..faults import injected_failures, slowed_batches
 from ..options import TrainOptions
 from ..run_control import Position, StopFlag, StopRequested, checkpoint_due, progress_line, stop_reason
 from ..script_run import ScriptEpochs, ranks_disagree
+from ..step_times import ScriptSteps, StepClock
 from ..user_code import UserCodeError, user_model_of
 from .checkpoints import RunCheckpoints
 from .fit import Layout, average_buffers, read_identity, set_up_rank, validation_metrics
 from .models import loss_function, tensor_shape
 from .outputs import write_rank_result, write_run_outputs
+from .step_hooks import GradientClock, time_optimizer
 
 REPORTED = ("loss", "accuracy", "val_loss", "val_accuracy")
 """What every epoch's row must hold: the report's learning curves plot them."""
@@ -67,6 +69,8 @@ class ScriptRun(ScriptEpochs):
         self._epoch_open, self._stop_at_epoch_end, self._started = False, False, time.perf_counter()
         self._statistics_averaged = False
         self._failures = injected_failures(args)
+        # the script's steps timed with the rank's use of its allocation, or not at all
+        self._steps = ScriptSteps(StepClock()) if args.usage_seconds > 0 else None
         self.seconds: List[float] = []
         self.first_step_unix: Optional[float] = None
         self.finished = False
@@ -77,6 +81,8 @@ class ScriptRun(ScriptEpochs):
         gradients averaged over the ranks at each ``optimizer.step()``. Call it once, before the loop."""
         model = model.to(self.device)
         net, optimizer = self._ranks.wrap(model, optimizer)
+        if self._steps is not None:
+            time_optimizer(optimizer, GradientClock(model), self._steps)
         self._model = model
         self._checkpoints = RunCheckpoints(self._args.checkpoint_dir, read_identity(self._args),
                                            self._args.keep_checkpoints, model, optimizer, self.rank, self.size,
@@ -93,12 +99,19 @@ class ScriptRun(ScriptEpochs):
     def _epoch_begins(self) -> None:
         self._started = time.perf_counter()
         self._statistics_averaged = False
+        if self._steps is not None:
+            self._steps.clock.start_epoch(self._position.epoch)
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` on the rank's device, in the epoch-keyed order, less those
         done before a resume; ``y`` the class index (single-label) or the multi-hot vector (multi-label)."""
         skip = self._position.step if epoch == self._position.epoch else 0
-        for x, y in self._layout.train.epoch(epoch, skip):
+        batches = self._layout.train.epoch(epoch, skip)
+        if self._args.slow_input:
+            batches = slowed_batches(batches, self._args.slow_input)
+        if self._steps is not None:
+            batches = self._steps.batches(batches)
+        for x, y in batches:
             if self.first_step_unix is None:
                 self.first_step_unix = time.time()
             self._position.step += 1  # counted as done when handed out: a stop after its step resumes after it
@@ -108,9 +121,12 @@ class ScriptRun(ScriptEpochs):
         """True on every rank together once any rank got a stop signal; then call :meth:`stop`. An allreduce: every
         rank calls it at the same points, after a step. After an epoch's last step it says False and the stop comes
         at :meth:`end_epoch`."""
+        begun = time.perf_counter()
         for failure in self._failures:  # a test's injected failure, after this step
             failure.after_step(self.rank, self._position.epoch, self._position.step)
         stop = bool(self._ranks.allreduce_max(1 if self._flag.signal else 0))
+        if self._steps is not None:
+            self._steps.between(time.perf_counter() - begun)
         if stop and self._position.step >= self.steps_per_epoch:
             self._stop_at_epoch_end = True
             return False
@@ -150,6 +166,8 @@ class ScriptRun(ScriptEpochs):
         keys = sorted(metrics)
         row = dict(zip(keys, self._ranks.mean_of([float(metrics[key]) for key in keys])))
         self.seconds.append(time.perf_counter() - self._started)
+        if self._steps is not None:
+            self._steps.clock.end_epoch()
         self._history.append(row)
         self._position = Position(self._position.epoch + 1, 0)
         self._epoch_open = False
@@ -177,7 +195,8 @@ class ScriptRun(ScriptEpochs):
         if self.rank == 0:
             write_run_outputs(self._args, self._model, self._layout, self._history, self.seconds, self._traced())  # type: ignore[arg-type]
             checkpoints.finish()
-        write_rank_result(self._args, self._ranks, self._model, self._position, self._start, self, self._layout)  # type: ignore[arg-type]
+        write_rank_result(self._args, self._ranks, self._model, self._position, self._start, self, self._layout,  # type: ignore[arg-type]
+                          step_times=self._steps.clock.result() if self._steps is not None else None)
         self._ranks.barrier()
         self.finished = True
 
