@@ -6,6 +6,7 @@ for its last allreduces to start), and, in a user's own loop, the optimizer's ``
 from __future__ import annotations
 
 import time
+import types
 from typing import Any
 
 import torch
@@ -31,21 +32,22 @@ def time_optimizer(optimizer: Any, gradients: GradientClock, steps: ScriptSteps)
     """``optimizer`` (as :meth:`Ranks.wrap` returned it) tells ``steps`` what each of its ``step()`` calls waited for
     the other ranks: from the last gradient to the call (DDP's last buckets), and Horovod's ``synchronize`` (called
     by its ``step`` or by the script). Bound on this instance only; its state and checkpoints are untouched."""
+    # bound methods, as the originals are: torch's LR schedulers wrap ``optimizer.step.__func__``
     stepped = optimizer.step
 
-    def step(*args: Any, **kwargs: Any) -> Any:
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
         steps.add_communication(time.perf_counter() - gradients.last)
         return stepped(*args, **kwargs)
 
-    optimizer.step = step
+    optimizer.step = types.MethodType(step, optimizer)
     synchronize = getattr(optimizer, "synchronize", None)
     if synchronize is not None:  # Horovod's DistributedOptimizer
 
-        def timed_synchronize() -> Any:
+        def timed_synchronize(self: Any) -> Any:
             begun = time.perf_counter()
             try:
                 return synchronize()
             finally:
                 steps.add_communication(time.perf_counter() - begun)
 
-        optimizer.synchronize = timed_synchronize
+        optimizer.synchronize = types.MethodType(timed_synchronize, optimizer)
