@@ -151,6 +151,11 @@ def test_python_bytecode_is_kept_unless_the_recipe_drops_it_and_another_value_is
 def test_recipe_tensorflow_must_match_the_pin(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"horovod.tensorflow is 2.16.2 but .* pins TensorFlow 2.15.1"):
         load_recipe(_recipe(tmp_path, f"tensorflow-cpu==2.15.1{HASH}\n", tensorflow="2.16.2"))
+    # a name as pip's resolver reports it (tensorflow_cpu) is the same project (PEP 503)
+    assert load_recipe(_recipe(tmp_path / "b", f"tensorflow_cpu==2.16.2{HASH}\n", tensorflow="2.16.2")).horovod
+    keras3 = load_recipe(load_catalog(CATALOG)["hvdflow-keras3-cpu"].recipe)  # type: ignore[arg-type]
+    assert keras3.horovod is not None and keras3.horovod.tensorflow == "2.21.0"
+    assert [p.name for p in keras3.horovod.patches] == ["horovod-no-xla-ops.patch"]
 
 
 @pytest.mark.parametrize("edit, message", [

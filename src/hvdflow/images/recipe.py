@@ -281,7 +281,7 @@ def _requirement_pins(requirements: Path, check_hashes: bool) -> dict[str, str]:
         if check_hashes and (not options or not all(_HASH.match(option) for option in options)):
             raise ConfigError(f"{requirements}: {requirement} needs its files' sha256 as --hash=sha256:<hex> (pip "
                               f"installs with --require-hashes); `hvdflow image pin NAME` writes them from PyPI")
-        pins[match.group(1).lower()] = match.group(3)
+        pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(3)  # PEP 503's name: tensorflow_cpu is tensorflow-cpu
     return pins
 
 
