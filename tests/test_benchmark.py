@@ -108,6 +108,19 @@ def test_a_users_model_is_measured_under_its_own_name_on_the_data_shape_the_conf
         benchmark_spec({**section, "user_models": {"mlp": unet}})
     with pytest.raises(ConfigError, match=r"benchmark\.user_models\.unet\.build: other:build: no module other"):
         benchmark_spec({**section, "user_models": {"unet": {**unet, "build": "other:build"}}})
+    # a torch module: measured by both PyTorch frameworks under their prefixes, never by TensorFlow
+    torch_unet = {**unet, "framework": "pytorch"}
+    both = benchmark_spec({**section, "user_models": {"unet": torch_unet}, "repetitions": 1,
+                           "frameworks": ["tensorflow", "pytorch-horovod", "pytorch-ddp"], "torch_image": "t"})
+    assert both.kinds() == ["mlp", "torch-mlp", "torch-unet", "ddp-mlp", "ddp-unet"]
+    assert both.program_args("torch-unet")[:2] == ["--kind", "user"] and both.image_of("ddp-unet") == "t"
+    assert both.program_args("torch-unet")[12:16] == ["--num-classes", "5", "--framework", "pytorch"]
+    assert both.read_paths("ddp-unet") == [tmp_path / "mine"] and both.read_paths("ddp-mlp") == []
+    with pytest.raises(ConfigError, match=r"benchmark\.models: unet is a pytorch model and benchmark\.frameworks "
+                                          r"\(tensorflow\) measure none of that: add pytorch-horovod or pytorch-ddp"):
+        benchmark_spec({**section, "user_models": {"unet": torch_unet}})
+    with pytest.raises(ConfigError, match=r"benchmark\.user_models\.unet\.framework: 'jax' is not one of tensorflow"):
+        benchmark_spec({**section, "user_models": {"unet": {**unet, "framework": "jax"}}})
 
 
 def test_a_timed_window_shorter_than_min_seconds_gets_a_longer_pass_that_grows_until_it_is_long_enough() -> None:

@@ -256,12 +256,22 @@ def test_the_image_check_refuses_a_framework_the_image_does_not_hold_naming_it(
 
 def test_the_benchmark_compares_keras_pytorch_with_horovod_and_ddp_on_the_same_model(
         trained: Pipeline, demo: Pipeline, hpc_user: HpcUser, registry: Registry, udocker_dir: Path) -> None:
-    # the same MLP on the same synthetic digits batch, 1 and 2 ranks, in the three frameworks (a small smoke)
+    # the same MLP on the same synthetic digits batch, 1 and 2 ranks, in the three frameworks (a small smoke), and
+    # the user's torch module of examples/torch-model in both PyTorch frameworks
+    mine = {"code": "examples/torch-model", "build": "cnn:build", "params": {"filters": 8}, "input_shape": [8, 8, 1],
+            "num_classes": 10, "framework": "pytorch"}
     pipeline = benchmark_pipeline(hpc_user, registry, udocker_dir, trained, torch_image="hvdflow-torch-cpu",
-                                  frameworks=["tensorflow", "pytorch-horovod", "pytorch-ddp"], steps=10)
+                                  frameworks=["tensorflow", "pytorch-horovod", "pytorch-ddp"], steps=10,
+                                  models=["mlp", "mine"], user_models={"mine": mine})
     proc = pipeline.snakemake("benchmark")
     assert proc.returncode == 0, proc.stderr[-5000:]
     table = read_table(pipeline)
+    for kind in ("torch-mine", "ddp-mine"):
+        assert float(table[(kind, 2, 1, "udocker", "samples_per_second", 0)]["mean"]) > 0, kind
+    assert not any(key[0] == "mine" for key in table), "a torch module measured by TensorFlow"
+    # its 2 convolutions of 8 filters, 32 hidden units and 10 logits, as the model check counts them
+    parameters = (8 * 9 + 8) + (8 * 8 * 9 + 8) + (512 * 32 + 32) + (32 * 10 + 10)
+    assert pipeline.json("results/benchmark/measurements/ddp-mine-r2-n1-udocker-0.json")["parameters"] == parameters
     for kind in ("mlp", "torch-mlp", "ddp-mlp"):
         for ranks in (1, 2):
             assert float(table[(kind, ranks, 1, "udocker", "samples_per_second", 0)]["mean"]) > 0, (kind, ranks)

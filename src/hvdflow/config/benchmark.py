@@ -24,6 +24,8 @@ FRAMEWORKS = {"tensorflow": "", "pytorch-horovod": "torch-", "pytorch-ddp": "ddp
 """The frameworks the benchmark compares, and the prefix of their measurements' kinds: TensorFlow/Keras with Horovod
 (``mlp``, ``allreduce``), PyTorch with Horovod (``torch-mlp``, ``torch-allreduce``), PyTorch's
 DistributedDataParallel (``ddp-mlp``, ``ddp-allreduce``)."""
+USER_MODEL_FRAMEWORKS = ("tensorflow", "pytorch")
+"""What a user's benchmarked model may be written in (``benchmark.user_models.<name>.framework``)."""
 UDOCKER_MODES = {"udocker": None, "udocker-P1": "P1", "udocker-R1": "R1"}
 """The benchmark's udocker runtimes and the mode each runs: ``udocker`` the profile's (under ``auto``, each node's
 choice), ``udocker-P1`` and ``udocker-R1`` that mode's container, so that one run sets the modes side by side."""
@@ -75,6 +77,9 @@ class BenchmarkedUserModel:
     input_shape: tuple[int, int, int]
     num_classes: int
     multi_label: bool
+    framework: str = "tensorflow"
+    """What the model is written in: ``tensorflow`` (a Keras model, measured by TensorFlow with Horovod) or
+    ``pytorch`` (a torch module, measured by the PyTorch frameworks)."""
 
     def program_args(self) -> list[str]:
         """The benchmark program's options that name the model and its data."""
@@ -106,9 +111,11 @@ class BenchmarkSpec:
     """The catalogue's image the PyTorch measurements run in (``image`` runs TensorFlow's)."""
 
     def framework_kinds(self, framework: str) -> list[str]:
-        """The measurements' kinds of ``framework``: its prefix on the built-in models (and, for TensorFlow, the
-        user's Keras models) and on the allreduce sweep."""
-        models = [m for m in self.models if framework == "tensorflow" or m in MODELS]
+        """The measurements' kinds of ``framework``: its prefix on the built-in models, on the user's models written
+        in its family (Keras models for TensorFlow, torch modules for both PyTorch frameworks) and on the allreduce
+        sweep."""
+        family = "tensorflow" if framework == "tensorflow" else "pytorch"
+        models = [m for m in self.models if m in MODELS or self.user_models[m].framework == family]
         return [FRAMEWORKS[framework] + kind for kind in models + ([ALLREDUCE] if self.allreduce else [])]
 
     def kinds(self) -> list[str]:
@@ -158,8 +165,9 @@ class BenchmarkSpec:
                 "--min-seconds", str(self.min_seconds)]
 
     def read_paths(self, kind: str) -> list[Path]:
-        """The host folders ``kind``'s ranks read: a user's model's code folder."""
-        return [self.user_models[kind].model.code] if kind in self.user_models else []
+        """The host folders ``kind``'s ranks read: a user's model's code folder (under any framework's prefix)."""
+        model = framework_of(kind)[1]
+        return [self.user_models[model].model.code] if model in self.user_models else []
 
 
 def _ints(key: str, value: Any, minimum: int) -> tuple[int, ...]:
@@ -202,8 +210,11 @@ def _user_models(section: Mapping[str, Any]) -> dict[str, BenchmarkedUserModel]:
         model = UserModel.from_config(where, {key: entry[key] for key in ("code", "build", "params") if key in entry},
                                       Path.cwd())
         shape = tuple(int(n) for n in entry["input_shape"])
+        framework = str(entry.get("framework", "tensorflow"))
+        if framework not in USER_MODEL_FRAMEWORKS:
+            raise ConfigError(f"{where}.framework: {framework!r} is not one of {', '.join(USER_MODEL_FRAMEWORKS)}")
         found[str(name)] = BenchmarkedUserModel(model, shape, int(entry["num_classes"]),  # type: ignore[arg-type]
-                                                bool(entry.get("multi_label", False)))
+                                                bool(entry.get("multi_label", False)), framework)
     return found
 
 
@@ -229,6 +240,11 @@ def benchmark_spec(section: Mapping[str, Any]) -> BenchmarkSpec:
         frameworks=_names("frameworks", section.get("frameworks", ["tensorflow"]), tuple(FRAMEWORKS)),
         torch_image=str(section.get("torch_image", "")),
     )
+    for name in spec.models:
+        if name in user_models and not any(kind.endswith(name) for kind in spec.kinds()):
+            measured_by = "tensorflow" if user_models[name].framework == "tensorflow" else "pytorch-horovod or pytorch-ddp"
+            raise ConfigError(f"benchmark.models: {name} is a {user_models[name].framework} model and benchmark.frameworks "
+                              f"({', '.join(spec.frameworks)}) measure none of that: add {measured_by}")
     if spec.torch_image == "" and spec.frameworks != ("tensorflow",):
         raise ConfigError(f"benchmark.torch_image: frameworks {', '.join(f for f in spec.frameworks if f != 'tensorflow')} "
                           "run in a catalogue image that holds torch: name it (hvdflow-torch-cpu)")

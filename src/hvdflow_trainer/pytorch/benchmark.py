@@ -20,16 +20,22 @@ from ..measurement import (
     ranks_start,
 )
 from ..options import BenchmarkOptions
+from ..user_code import user_model_of
 
 
 def _timed_model(args: BenchmarkOptions, ranks, torch) -> Dict[str, object]:  # type: ignore[no-untyped-def]
-    """Train ``args.kind`` on one repeated synthetic batch; the end of the first step, and the throughput over the
-    steps after the warm-up (or over a longer pass, where those took less than ``args.min_seconds``)."""
+    """Train ``args.kind`` (or the user's module) on one repeated synthetic batch; the end of the first step, and the
+    throughput over the steps after the warm-up (or over a longer pass, where those took less than
+    ``args.min_seconds``)."""
     import numpy as np
 
-    from .models import build_model, loss_function
+    from .models import build_model, loss_and_metrics
 
-    shape, classes, multi = SHAPES[args.kind]
+    user = user_model_of(args)
+    if user is not None:  # a user's module, on synthetic data of the shape and classes the config gives
+        shape, classes, multi = tuple(args.input_shape), int(args.num_classes), bool(args.multi_label)
+    else:
+        shape, classes, multi = SHAPES[args.kind]
     rng = np.random.default_rng(args.seed + ranks.rank)
     x = torch.from_numpy(rng.standard_normal((args.batch_size,) + shape).astype("float32"))
     if len(shape) == 3:
@@ -40,10 +46,10 @@ def _timed_model(args: BenchmarkOptions, ranks, torch) -> Dict[str, object]:  # 
         y = torch.from_numpy(rng.integers(0, classes, size=(args.batch_size,)).astype("int64"))
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     x, y = x.to(device), y.to(device)
-    model = build_model(args.kind, shape, classes, multi, args.hidden_units).to(device)
+    model = build_model(args.kind, shape, classes, multi, args.hidden_units, user).to(device)
     net, optimizer = ranks.wrap(model, torch.optim.SGD(model.parameters(), lr=0.01 * ranks.size, momentum=0.9))
     ranks.broadcast_start(model, optimizer)
-    loss_of = loss_function(multi)
+    loss_of = loss_and_metrics(user, classes, multi)[0]  # the task's loss, or the user's
     ends: List[float] = []
 
     def train(steps: int) -> None:
