@@ -83,13 +83,8 @@ class ScriptSteps:
     def batches(self, batches: Iterable[T]) -> Iterator[T]:
         """``batches``, each step between two of them timed into the clock (a step the loop leaves, as at a stop,
         is not)."""
-        iterator = iter(batches)
-        while True:
-            asked = time.perf_counter()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
+        waited = [0.0]
+        for batch in timed_input(batches, waited):
             in_hand = time.perf_counter()
             self._communication = self._between = 0.0
             self._exchange_began = None
@@ -98,7 +93,7 @@ class ScriptSteps:
             communication = self._communication
             if self._exchange_began is not None:
                 communication += max(ended - self._exchange_began, 0.0)
-            self.clock.add(in_hand - asked, ended - in_hand - communication, communication)
+            self.clock.add(waited[0], ended - in_hand - communication, communication)
 
     def add_communication(self, seconds: float) -> None:
         """``seconds`` of this step spent waiting for the other ranks."""
