@@ -4,19 +4,27 @@ say where the ranks end with different models."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence, Tuple
+import contextlib
+import time
+from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, TypeVar
 
 from .run_control import Position
+from .step_times import ScriptSteps
 from .user_code import UserCodeError
+
+T = TypeVar("T")
 
 
 class ScriptEpochs:
     """What both frameworks' script runs share: the epochs still to run, each opened here and closed by their
-    ``end_epoch``; a framework's run says what starts with an epoch (:meth:`_epoch_begins`)."""
+    ``end_epoch``; a framework's run says what starts with an epoch (:meth:`_epoch_begins`). Where the run times its
+    steps (``_steps``, None: not measured), the batches it hands out, its calls between steps and its epochs are
+    timed here."""
 
     epochs: int
     _position: Position
     _epoch_open: bool
+    _steps: Optional[ScriptSteps]
 
     def _tracked(self, call: str) -> Any:
         """The run's checkpoints; UserCodeError where ``call`` comes before ``run.track``."""
@@ -34,8 +42,28 @@ class ScriptEpochs:
                 raise UserCodeError("the training script went on to the next epoch without calling "
                                     "run.end_epoch(metrics) at the end of epoch %d" % (self._position.epoch + 1))
             self._epoch_open = True
+            if self._steps is not None:
+                self._steps.clock.start_epoch(self._position.epoch)  # closes the epoch before
             self._epoch_begins()
             yield self._position.epoch
+
+    def _timed_batches(self, batches: Iterable[T]) -> Iterable[T]:
+        """``batches``, each step between two of them timed where the run times its steps."""
+        return self._steps.batches(batches) if self._steps is not None else batches
+
+    @contextlib.contextmanager
+    def _between_steps(self) -> Iterator[None]:
+        """A call of hvdflow's own that the loop makes after a step (left out of the step's time)."""
+        begun = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._steps is not None:
+                self._steps.between(time.perf_counter() - begun)
+
+    def _step_times(self) -> Any:
+        """Where this rank's steps went, per epoch (None: not measured)."""
+        return self._steps.clock.result() if self._steps is not None else None
 
 
 def ranks_disagree(every_rank: Sequence[Sequence[Tuple[str, str, bool]]]) -> Optional[str]:

@@ -10,7 +10,6 @@ evaluate, plot and record rules read (:mod:`.outputs`).
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any, Dict, Iterator, List, NoReturn, Tuple
 
 import horovod.tensorflow as hvd_tf
@@ -86,8 +85,6 @@ class ScriptRun(ScriptEpochs):
     def _epoch_begins(self) -> None:
         self._timer.on_epoch_begin(self._position.epoch)
         self._statistics_averaged = False
-        if self._steps is not None:
-            self._steps.clock.start_epoch(self._position.epoch)
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[tf.Tensor, tf.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` in the epoch-keyed order (a function of the seed, the epoch and
@@ -97,9 +94,7 @@ class ScriptRun(ScriptEpochs):
         batches = self._layout.epoch_data(epoch, skip)[0]
         if self._args.slow_input:
             batches = slowed(batches, self._args.slow_input)
-        if self._steps is not None:
-            batches = self._steps.batches(batches)
-        for x, y in batches:
+        for x, y in self._timed_batches(batches):
             self._timer.on_train_batch_begin(self._position.step)
             self._position.step += 1  # counted as done when handed out: a stop after its step resumes after it
             yield x, y
@@ -109,12 +104,10 @@ class ScriptRun(ScriptEpochs):
         :meth:`stop`. Every rank must call it at the same points (it is an allreduce), after a step is done. After an
         epoch's last step it says False and the stop comes at :meth:`end_epoch`, after the epoch's row and checkpoint
         (as in hvdflow's own loop: a resumed run never starts with an empty epoch)."""
-        begun = time.perf_counter()
-        for failure in self._failures:  # a test's injected failure, after this step
-            failure.after_step(self.rank, self._position.epoch, self._position.step)
-        stop = bool(agree(1 if self._flag.signal else 0, "hvdflow_stop"))
-        if self._steps is not None:
-            self._steps.between(time.perf_counter() - begun)
+        with self._between_steps():
+            for failure in self._failures:  # a test's injected failure, after this step
+                failure.after_step(self.rank, self._position.epoch, self._position.step)
+            stop = bool(agree(1 if self._flag.signal else 0, "hvdflow_stop"))
         if stop and self._position.step >= self.steps_per_epoch:
             self._stop_at_epoch_end = True
             return False
@@ -166,8 +159,6 @@ class ScriptRun(ScriptEpochs):
         row = {key: float(hvd_tf.allreduce(tf.constant(float(metrics[key]), tf.float64), op=hvd_tf.Average,
                                            name="hvdflow_epoch_%s" % key)) for key in sorted(metrics)}
         self._timer.on_epoch_end(self._position.epoch)
-        if self._steps is not None:
-            self._steps.clock.end_epoch()
         self._history.append(row)
         self._position = Position(self._position.epoch + 1, 0)
         self._epoch_open = False
@@ -197,7 +188,7 @@ class ScriptRun(ScriptEpochs):
                               self.steps_per_epoch)
             self._checkpoints.finish()  # type: ignore[union-attr]
         write_rank_result(self._args, self._model, None, self._position, self._start, self._timer, self._layout,
-                          self._steps.clock.result() if self._steps is not None else None)
+                          self._step_times())
         self.finished = True
 
     def _average_statistics(self) -> None:

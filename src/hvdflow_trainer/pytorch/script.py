@@ -99,8 +99,6 @@ class ScriptRun(ScriptEpochs):
     def _epoch_begins(self) -> None:
         self._started = time.perf_counter()
         self._statistics_averaged = False
-        if self._steps is not None:
-            self._steps.clock.start_epoch(self._position.epoch)
 
     def train_batches(self, epoch: int) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
         """This rank's ``(x, y)`` batches of ``epoch`` on the rank's device, in the epoch-keyed order, less those
@@ -109,9 +107,7 @@ class ScriptRun(ScriptEpochs):
         batches = self._layout.train.epoch(epoch, skip)
         if self._args.slow_input:
             batches = slowed_batches(batches, self._args.slow_input)
-        if self._steps is not None:
-            batches = self._steps.batches(batches)
-        for x, y in batches:
+        for x, y in self._timed_batches(batches):
             if self.first_step_unix is None:
                 self.first_step_unix = time.time()
             self._position.step += 1  # counted as done when handed out: a stop after its step resumes after it
@@ -121,12 +117,10 @@ class ScriptRun(ScriptEpochs):
         """True on every rank together once any rank got a stop signal; then call :meth:`stop`. An allreduce: every
         rank calls it at the same points, after a step. After an epoch's last step it says False and the stop comes
         at :meth:`end_epoch`."""
-        begun = time.perf_counter()
-        for failure in self._failures:  # a test's injected failure, after this step
-            failure.after_step(self.rank, self._position.epoch, self._position.step)
-        stop = bool(self._ranks.allreduce_max(1 if self._flag.signal else 0))
-        if self._steps is not None:
-            self._steps.between(time.perf_counter() - begun)
+        with self._between_steps():
+            for failure in self._failures:  # a test's injected failure, after this step
+                failure.after_step(self.rank, self._position.epoch, self._position.step)
+            stop = bool(self._ranks.allreduce_max(1 if self._flag.signal else 0))
         if stop and self._position.step >= self.steps_per_epoch:
             self._stop_at_epoch_end = True
             return False
@@ -166,8 +160,6 @@ class ScriptRun(ScriptEpochs):
         keys = sorted(metrics)
         row = dict(zip(keys, self._ranks.mean_of([float(metrics[key]) for key in keys])))
         self.seconds.append(time.perf_counter() - self._started)
-        if self._steps is not None:
-            self._steps.clock.end_epoch()
         self._history.append(row)
         self._position = Position(self._position.epoch + 1, 0)
         self._epoch_open = False
@@ -196,7 +188,7 @@ class ScriptRun(ScriptEpochs):
             write_run_outputs(self._args, self._model, self._layout, self._history, self.seconds, self._traced())  # type: ignore[arg-type]
             checkpoints.finish()
         write_rank_result(self._args, self._ranks, self._model, self._position, self._start, self, self._layout,  # type: ignore[arg-type]
-                          step_times=self._steps.clock.result() if self._steps is not None else None)
+                          step_times=self._step_times())
         self._ranks.barrier()
         self.finished = True
 
